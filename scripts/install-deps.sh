@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs treespark's build and test dependencies from Debian 12's packages. Idempotent: does nothing when all
+# are present. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev libpcre2-dev nlohmann-json3-dev libcli11-dev
+      libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

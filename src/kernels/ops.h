@@ -1,0 +1,45 @@
+// Device-neutral signatures of the CPU kernels the model needs. Every op has a scalar reference (ref::) and a
+// fast version (the plain name) chosen at run time by CPU features; tests/kernels checks fast against ref.
+// All activations are f32, row-major. "rows" is the number of tokens in the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace ts::kernels {
+
+// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]
+//   x, out: [rows, dim] (out may alias x); weight: [dim]
+void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps);
+
+// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout: pairs (i, i + head_dim/2).
+//   x: [rows, heads, head_dim], rotated in place; positions: [rows]
+//   inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
+
+// out[i] = silu(gate[i]) * up[i];  gate, up, out: [n] (out may alias gate)
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// In-place softmax of x: [n]
+void softmax(float* x, int n);
+
+// Grouped-query attention with an explicit visibility mask.
+//   q:    [n_q, n_heads, head_dim]
+//   k, v: [n_kv, n_kv_heads, head_dim]   (key/value rows, e.g. a sequence's KV cache)
+//   visible: [n_q, n_kv] bytes, 1 where query row i may attend to key row j. Every query row must see >= 1 key.
+//   out:  [n_q, n_heads, head_dim]
+//   Query head h reads key head h / (n_heads / n_kv_heads). scale is usually 1/sqrt(head_dim).
+// A row's result depends only on its own q and its visible keys, in increasing j: batch composition never
+// changes a row's arithmetic (greedy speculative decoding relies on this).
+void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
+               int n_heads, int n_kv_heads, int head_dim, float scale);
+
+namespace ref {
+void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps);
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void softmax(float* x, int n);
+void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
+               int n_heads, int n_kv_heads, int head_dim, float scale);
+}  // namespace ref
+
+}  // namespace ts::kernels
