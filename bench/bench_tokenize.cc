@@ -1,0 +1,7 @@
+// Placeholder until this benchmark lands; it says so instead of pretending to work.
+#include "benches.h"
+#include "core/error.h"
+
+namespace ts::bench {
+int bench_tokenize(int, char**) { TS_FAIL("'bench tokenize' is not implemented yet"); }
+}  // namespace ts::bench

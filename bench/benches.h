@@ -1,0 +1,10 @@
+// `treespark bench <name>`: each benchmark parses its own flags; argv[0] is the benchmark's name.
+#pragma once
+
+namespace ts::bench {
+
+int bench_forward(int argc, char** argv);   // bench/bench_forward.cc: L(1,k) cost curve of the target forward
+int bench_tokenize(int argc, char** argv);  // bench/bench_tokenize.cc: encode throughput
+int bench_spec(int argc, char** argv);      // bench/bench_spec.cc: none / chain / trees / TreeSpark
+
+}  // namespace ts::bench
