@@ -27,18 +27,29 @@ struct TensorRef {
   int64_t numel() const;
 };
 
+// Everything a safetensors header holds: the tensors (pointing into the parsed bytes) and "__metadata__".
+struct SafetensorsHeader {
+  std::map<std::string, TensorRef> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
 // One parsed safetensors file. `source` names the file in error messages.
 class SafetensorsFile {
  public:
   // Parses and validates a whole file held in memory (used by the loader and by the fuzzer).
   static std::map<std::string, TensorRef> parse(const uint8_t* bytes, size_t size, const std::string& source);
+  // The same, also returning "__metadata__".
+  static SafetensorsHeader parse_header(const uint8_t* bytes, size_t size, const std::string& source);
 
   explicit SafetensorsFile(const std::string& path);
   const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
   MappedFile file_;
   std::map<std::string, TensorRef> tensors_;
+  std::map<std::string, std::string> metadata_;
 };
 
 // A model folder: model.safetensors, or model.safetensors.index.json with shards; a single .safetensors path
@@ -61,6 +72,9 @@ class Checkpoint {
   std::map<std::string, const TensorRef*> by_name_;
 };
 
+// "[2, 3]": how shapes are shown in messages.
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
 // Converts a float tensor (F32, F16, BF16) to f32.
 std::vector<float> to_f32(const TensorRef& t);
 
@@ -72,7 +86,12 @@ struct TensorToWrite {
 };
 
 // Writes a safetensors file (tensors sorted by name, 8-byte aligned header as the reference writer does).
+// The file appears atomically (written beside it, then renamed).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The bytes write_safetensors writes, in memory (for tests and the fuzzer's round trip).
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
+                                           const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ts::io
