@@ -1,0 +1,30 @@
+// Every random decision in speculative decoding (draft draws, accept/reject coins, bonus tokens) goes through a
+// Chooser, so that tests can replace it with one that enumerates every outcome with its exact probability.
+#pragma once
+
+#include <cstdint>
+
+namespace ts {
+
+class Chooser {
+ public:
+  virtual ~Chooser() = default;
+  // Returns index i with probability probs[i] / sum(probs); probs: [n], non-negative, sum ~1 and > 0.
+  // Never returns an index whose probability is 0.
+  virtual int choose(const double* probs, int n) = 0;
+};
+
+// Seeded and deterministic: xoshiro256** whose state is filled by splitmix64(seed). The same seed gives the same
+// sequence of choices on every platform.
+class RandomChooser : public Chooser {
+ public:
+  explicit RandomChooser(uint64_t seed);
+  int choose(const double* probs, int n) override;
+  uint64_t next_u64();
+  double uniform();  // in [0, 1), 53 random bits
+
+ private:
+  uint64_t state_[4];
+};
+
+}  // namespace ts

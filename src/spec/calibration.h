@@ -1,0 +1,46 @@
+// Calibrated edge survival: p_hat(edge) = sigmoid(a * logit(q) + b), the probability that a drafted child is
+// accepted given that its parent was, as a function of the drafter's q for that child.
+//
+// Labels come from verification (verify.h, VerifyResult::edges): every child of every node on the accepted
+// path (the root included) gets one record; label 1 iff that child was accepted. This is the same rule in greedy
+// and sampling mode. In sampling mode it includes siblings after the accepted one, which were never tested: they
+// get label 0, because p_hat must estimate P(child accepted | parent accepted) unconditionally on its siblings so
+// that a node's survival (the product along its path) is the probability that the node is accepted and
+// 1 + sum of survivals is the expected number of tokens a round emits (which the theta policy relies on).
+// Children of rejected nodes get no record (their parent was never reached).
+//
+// Fitting: logistic regression of the label on x = logit(q), by Newton's method with a tiny ridge (1e-3) pulling
+// (a, b) toward the uncalibrated (1, 0), which keeps separable or one-sided data finite. a is clamped to >= 1e-3 so
+// that p_hat stays increasing in q (tree expansion bounds a parent's next child by the largest remaining q).
+// q is clamped to [1e-12, 1 - 1e-12] before the logit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ts::spec {
+
+struct Calibration {
+  double a = 1, b = 0;  // the defaults make p_hat(q) = q: the uncalibrated log-q priority
+  double p_hat(double q) const;
+  double log_p_hat(double q) const;  // log(p_hat(q)), computed stably
+};
+
+double clamped_logit(double q);  // logit(clamp(q, 1e-12, 1 - 1e-12))
+
+struct EdgeRecord {
+  double logit_q = 0;    // clamped_logit(q) of the child's token under its parent's q
+  uint8_t accepted = 0;  // 1 iff the child was accepted
+  int32_t depth = 0;     // the child's depth (1..block_size)
+  int32_t sibling_rank = 0;
+};
+
+// Logistic regression of accepted on logit_q; no records gives the defaults.
+Calibration fit_calibration(const std::vector<EdgeRecord>& records);
+
+// Expected calibration error with kEceBins equal-width bins of p_hat over [0, 1]:
+// sum over bins of (count / N) * |mean p_hat - mean label|. 0 for no records.
+constexpr int kEceBins = 10;
+double expected_calibration_error(const std::vector<EdgeRecord>& records, const Calibration& calibration);
+
+}  // namespace ts::spec

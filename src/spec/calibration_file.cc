@@ -1,0 +1,121 @@
+#include "spec/calibration_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ts::spec {
+
+CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature) {
+  const Calibration fitted = fit_calibration(records);
+  CalibrationEntry e;
+  e.temperature = temperature;
+  e.a = fitted.a;
+  e.b = fitted.b;
+  e.edges = static_cast<int64_t>(records.size());
+  e.ece_before = expected_calibration_error(records, Calibration{});
+  e.ece_after = expected_calibration_error(records, fitted);
+  return e;
+}
+
+Calibration CalibrationTable::lookup(double temperature) const {
+  const CalibrationEntry* best = nullptr;
+  for (const CalibrationEntry& e : entries) {  // sorted by temperature, so '<' keeps the lower one on ties
+    if (!best || std::abs(e.temperature - temperature) < std::abs(best->temperature - temperature)) best = &e;
+  }
+  if (!best) return Calibration{};
+  return Calibration{best->a, best->b};
+}
+
+void CalibrationTable::upsert(const CalibrationEntry& entry) {
+  for (CalibrationEntry& e : entries) {
+    if (e.temperature == entry.temperature) {
+      e = entry;
+      return;
+    }
+  }
+  entries.push_back(entry);
+  std::sort(entries.begin(), entries.end(),
+            [](const CalibrationEntry& x, const CalibrationEntry& y) { return x.temperature < y.temperature; });
+}
+
+std::string calibration_table_to_json(const CalibrationTable& table) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const CalibrationEntry& e : table.entries) {
+    entries.push_back({{"temperature", e.temperature},
+                       {"a", e.a},
+                       {"b", e.b},
+                       {"edges", e.edges},
+                       {"ece_before", e.ece_before},
+                       {"ece_after", e.ece_after}});
+  }
+  return nlohmann::json{{"version", 1}, {"entries", entries}}.dump(2) + "\n";
+}
+
+namespace {
+
+double number_field(const nlohmann::json& entry, const char* name, size_t index) {
+  TS_CHECK(entry.contains(name) && entry[name].is_number(), "calibration: entries[", index, "] needs a number '", name,
+           "', got ", entry.contains(name) ? entry[name].dump() : std::string("nothing"));
+  const double v = entry[name].get<double>();
+  TS_CHECK(std::isfinite(v), "calibration: entries[", index, "].", name, " must be finite, got ", v);
+  return v;
+}
+
+}  // namespace
+
+CalibrationTable calibration_table_from_json(const std::string& text) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL("calibration: expected JSON, parse error: ", e.what());
+  }
+  TS_CHECK(root.is_object(), "calibration: expected a JSON object at the top, got ", root.type_name());
+  TS_CHECK(root.contains("version") && root["version"] == 1, "calibration: expected \"version\": 1, got ",
+           root.contains("version") ? root["version"].dump() : std::string("no version"));
+  TS_CHECK(root.contains("entries") && root["entries"].is_array(), "calibration: expected an \"entries\" array");
+  CalibrationTable table;
+  const nlohmann::json& entries = root["entries"];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const nlohmann::json& j = entries[i];
+    TS_CHECK(j.is_object(), "calibration: entries[", i, "] must be an object, got ", j.type_name());
+    CalibrationEntry e;
+    e.temperature = number_field(j, "temperature", i);
+    e.a = number_field(j, "a", i);
+    e.b = number_field(j, "b", i);
+    TS_CHECK(e.temperature >= 0, "calibration: entries[", i, "].temperature must be >= 0, got ", e.temperature);
+    TS_CHECK(e.a > 0, "calibration: entries[", i, "].a must be > 0 (p_hat increasing in q), got ", e.a);
+    // Statistics are informative only: absent means unknown (0).
+    if (j.contains("edges")) e.edges = static_cast<int64_t>(number_field(j, "edges", i));
+    if (j.contains("ece_before")) e.ece_before = number_field(j, "ece_before", i);
+    if (j.contains("ece_after")) e.ece_after = number_field(j, "ece_after", i);
+    table.upsert(e);
+  }
+  return table;
+}
+
+CalibrationTable read_calibration_table(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return CalibrationTable{};
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    return calibration_table_from_json(buffer.str());
+  } catch (const Error& e) {
+    TS_FAIL(path, ": ", e.what());
+  }
+}
+
+void write_calibration_table(const std::string& path, const CalibrationTable& table) {
+  std::ofstream out(path, std::ios::trunc);
+  TS_CHECK(out.good(), "calibration: cannot open ", path, " for writing");
+  out << calibration_table_to_json(table);
+  TS_CHECK(out.good(), "calibration: failed writing ", path);
+}
+
+}  // namespace ts::spec

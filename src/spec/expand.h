@@ -1,0 +1,62 @@
+// Tree expansion: grow one round's draft tree best-first by (calibrated) path survival.
+//
+// Every node that may still get children owns a slot in a max-heap. A slot's key is an upper bound of its next
+// child's survival: S_parent * p_hat(largest q among the parent's not-yet-drawn tokens). Each step pops the best
+// slot; if its bound is below the threshold (theta, or the load-adaptive one) or node_cap nodes exist, expansion
+// stops. Otherwise the draw is admitted BEFORE it is made, then made:
+//   greedy (temperature 0): the child is the largest remaining q (so its survival equals the bound: best-first);
+//   sampling (temperature T > 0): the child is drawn from q_j = softmax(logits / T) without the parent's earlier
+//     children, through the Chooser. Admission never reads the value of the draw it admits
+//     (lossless-verification.md, pitfall 1); the child's own survival S_parent * p_hat(q(child)) only ranks its
+//     own future children.
+// The child gets its own slot (unless at block_size) and the parent's slot is re-pushed with its next bound
+// (until branch_cap children or no remaining mass).
+//
+// Priority per mode: Tree and Chain use the calibrated p_hat; LogQ uses p_hat = q (uncalibrated); Marginal uses
+// p_hat = q_marg = softmax(U[d-1]) and also draws from it (as DDTree ranks on block drafters). Chain ignores
+// theta, node_cap and the cost model: branch_cap 1 and draft_len nodes (fewer only at block_size).
+//
+// Cost: a node's q is computed (one conditional_logits call + softmax) only when its slot reaches the top of the
+// heap, so the last nodes of a full tree cost nothing; each q finds its top branch_cap tokens by partial
+// selection (O(vocab)), which bounds the largest remaining q after any j < branch_cap draws; the q vector is freed
+// when its slot closes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "sampling/chooser.h"
+#include "spec/calibration.h"
+#include "spec/draft_source.h"
+#include "spec/draft_tree.h"
+#include "spec/theta_policy.h"
+
+namespace ts::spec {
+
+enum class TreeMode { Tree, Chain, Marginal, LogQ };
+
+struct TreeParams {
+  TreeMode mode = TreeMode::Tree;
+  double theta = 0.1;   // stop when the best slot's survival bound < theta (not in Chain)
+  int node_cap = 16;    // max nodes excluding the root (not in Chain)
+  int branch_cap = 4;   // max children per node (Chain: 1)
+  int draft_len = 4;    // Chain: number of nodes
+  float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
+  // Optional load-adaptive threshold: max(theta, adaptive_theta(*cost_model, batch, 1 + nodes, 1 + sum survivals)).
+  const CostModel* cost_model = nullptr;
+  int batch = 1;
+  // TEST ONLY (negative control): called with the q of each sampled draw after it is made; returning false
+  // discards the draw and closes its parent's slot. This peeks at the drawn value and breaks losslessness;
+  // tests/spec uses it to show that the exact-enumeration test detects such a rule. Never set it elsewhere.
+  std::function<bool(double drawn_q)> peek_admission_for_negative_test;
+};
+
+// Throws ts::Error on out-of-range parameters (negative caps, theta < 0, ...).
+void validate_tree_params(const TreeParams& params);
+
+// anchor: the last committed token (the root). Throws ts::Error on bad params or a DraftSource without the
+// function the mode needs.
+DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& params, const Calibration& calibration,
+                 Chooser& chooser);
+
+}  // namespace ts::spec

@@ -1,0 +1,56 @@
+#include "spec/theta_policy.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ts::spec {
+
+void CostModel::validate() const {
+  TS_CHECK(!batches.empty() && tokens.size() >= 2, "cost model: need >= 1 batch and >= 2 token counts, got ",
+           batches.size(), " and ", tokens.size());
+  TS_CHECK(ms.size() == batches.size() * tokens.size(), "cost model: ms must hold ", batches.size(), " x ",
+           tokens.size(), " entries, got ", ms.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    TS_CHECK(batches[i] >= 1 && (i == 0 || batches[i] > batches[i - 1]),
+             "cost model: batches must be >= 1 and strictly increasing, got ", batches[i], " at ", i);
+  }
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    TS_CHECK(tokens[j] >= 1 && (j == 0 || tokens[j] > tokens[j - 1]),
+             "cost model: token counts must be >= 1 and strictly increasing, got ", tokens[j], " at ", j);
+  }
+  for (double v : ms) TS_CHECK(v > 0, "cost model: every cost must be > 0 ms, got ", v);
+}
+
+namespace {
+
+// L(batches[row], k), piecewise linear in k.
+double row_cost(const CostModel& m, size_t row, int k) {
+  const size_t K = m.tokens.size();
+  const double* costs = &m.ms[row * K];
+  size_t j = 1;  // segment [j - 1, j]
+  while (j + 1 < K && m.tokens[j] < k) ++j;
+  const double k0 = m.tokens[j - 1], k1 = m.tokens[j];
+  return costs[j - 1] + (costs[j] - costs[j - 1]) * (k - k0) / (k1 - k0);
+}
+
+}  // namespace
+
+double CostModel::cost_ms(int batch, int k) const {
+  if (batch <= batches.front()) return row_cost(*this, 0, k);
+  if (batch >= batches.back()) return row_cost(*this, batches.size() - 1, k);
+  size_t i = 1;
+  while (batches[i] < batch) ++i;
+  const double w = static_cast<double>(batch - batches[i - 1]) / (batches[i] - batches[i - 1]);
+  return (1 - w) * row_cost(*this, i - 1, k) + w * row_cost(*this, i, k);
+}
+
+double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far) {
+  TS_CHECK(tree_size_so_far >= 1, "adaptive theta: the tree holds at least the anchor, got size ", tree_size_so_far);
+  const double now = cost.cost_ms(batch, tree_size_so_far);
+  const double next = cost.cost_ms(batch, tree_size_so_far + 1);
+  TS_CHECK(now > 0, "adaptive theta: cost model gives ", now, " ms for k = ", tree_size_so_far, ", expected > 0");
+  return std::max(0.0, (next - now) * expected_tokens_so_far / now);
+}
+
+}  // namespace ts::spec

@@ -1,0 +1,34 @@
+// Load-adaptive theta: how much survival a new tree node must have to pay for the extra verification work.
+//
+// A round that verifies k tokens per sequence (anchor + k - 1 tree nodes) at batch b costs L(b, k) ms and emits
+// E = 1 + sum of the nodes' survivals tokens in expectation. Adding a node of survival s changes the rate of
+// emitted tokens per ms from E / L(b, k) to (E + s) / L(b, k + 1), which is no worse iff
+//     s >= (L(b, k + 1) - L(b, k)) * E / L(b, k)         (marginal cost over current cost per expected token).
+// On a memory-bound target L barely grows with k, so the threshold is near 0 and the tree grows; as the batch
+// grows the forward becomes compute-bound, L(b, k) -> c * k (linear through 0), the threshold tends to E / k,
+// which is 1 for the first node and stays close to 1 while survivals are high: the tree shrinks toward the chain.
+// Expansion uses max(theta, this threshold) when TreeParams::cost_model is set (expand.h).
+#pragma once
+
+#include <vector>
+
+namespace ts::spec {
+
+// Measured L(batch, k): ms of one target forward of k tokens per sequence at that batch size.
+struct CostModel {
+  std::vector<int> batches;  // [B], strictly increasing, >= 1
+  std::vector<int> tokens;   // [K], strictly increasing, >= 1, K >= 2
+  std::vector<double> ms;    // [B, K], row-major: ms[i * K + j] = L(batches[i], tokens[j]), > 0
+
+  // Throws ts::Error unless the shapes and orders above hold.
+  void validate() const;
+  // Piecewise linear in k (extrapolated with the last segment's slope beyond the table, the first below it) and
+  // in the batch between measured batches (clamped to the first/last measured batch outside them).
+  double cost_ms(int batch, int k) const;
+};
+
+// The threshold above for a tree whose verify forward currently holds tree_size_so_far tokens per sequence (the
+// anchor counts: a root-only tree has 1) and emits expected_tokens_so_far = 1 + sum of survivals. Never negative.
+double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far);
+
+}  // namespace ts::spec

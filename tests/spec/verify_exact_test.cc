@@ -1,0 +1,229 @@
+// Exact losslessness: enumerate every outcome of one round (every without-replacement draft draw, every
+// accept/reject coin, every bonus draw) with its probability, and compare the distribution of the first emitted
+// token and of the first two emitted tokens with the target's own, computed independently from the synthetic
+// target. A round that emits one token is extended with the target's exact distribution at the next position.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "spec/expand.h"
+#include "spec/scripted_chooser.h"
+#include "spec/synthetic_pair.h"
+#include "spec/verify.h"
+
+namespace ts::spec {
+namespace {
+
+using testing::ScriptedChooser;
+using testing::SyntheticDrafter;
+using testing::SyntheticTarget;
+
+struct ExactCase {
+  SamplingParams target;      // the request's processors
+  float draft_temperature;    // usually target.temperature; any value is lossless
+  TreeParams tree;
+  Calibration calibration;
+};
+
+struct Distributions {
+  std::vector<double> first;   // [vocab]
+  std::vector<double> pair;    // [vocab, vocab]
+  double total = 0;            // sum of outcome probabilities (must be 1)
+  int64_t outcomes = 0;
+};
+
+// Runs expand + verify under the enumerating chooser.
+Distributions enumerate_round(const SyntheticTarget& target, const SyntheticDrafter& drafter,
+                              const std::vector<int32_t>& context, const ExactCase& c) {
+  const int vocab = target.vocab;
+  const DraftSource source = drafter.source();
+  TreeParams tree_params = c.tree;
+  tree_params.temperature = c.draft_temperature;
+  Distributions d;
+  d.first.assign(vocab, 0);
+  d.pair.assign(vocab * vocab, 0);
+  ScriptedChooser chooser;
+  do {
+    const DraftTree tree = expand(source, context.back(), tree_params, c.calibration, chooser);
+    const std::vector<float> rows = testing::tree_target_logits(target, context, tree);
+    const VerifyResult r = verify(tree, rows.data(), c.target, source, chooser);
+    const double w = chooser.probability();
+    const int32_t x = r.emitted[0];
+    d.first[x] += w;
+    if (r.emitted.size() >= 2) {
+      d.pair[x * vocab + r.emitted[1]] += w;
+    } else {
+      std::vector<int32_t> next = context;
+      next.push_back(x);
+      const std::vector<double> p_next = target.processed(next, c.target);
+      for (int y = 0; y < vocab; ++y) d.pair[x * vocab + y] += w * p_next[y];
+    }
+    d.total += w;
+    ++d.outcomes;
+  } while (chooser.next());
+  return d;
+}
+
+// The target's exact first-token and pair distributions.
+Distributions exact_target(const SyntheticTarget& target, const std::vector<int32_t>& context,
+                           const SamplingParams& params) {
+  const int vocab = target.vocab;
+  Distributions d;
+  d.first = target.processed(context, params);
+  d.pair.assign(vocab * vocab, 0);
+  for (int x = 0; x < vocab; ++x) {
+    std::vector<int32_t> next = context;
+    next.push_back(x);
+    const std::vector<double> p_next = target.processed(next, params);
+    for (int y = 0; y < vocab; ++y) d.pair[x * vocab + y] = d.first[x] * p_next[y];
+  }
+  d.total = 1;
+  return d;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += std::abs(a[i] - b[i]);
+  return s / 2;
+}
+
+std::string describe(const ExactCase& c) {
+  return cat("T=", c.target.temperature, " top_k=", c.target.top_k, " top_p=", c.target.top_p, " min_p=",
+             c.target.min_p, " draftT=", c.draft_temperature, " mode=", static_cast<int>(c.tree.mode), " branch=",
+             c.tree.branch_cap, " nodes=", c.tree.node_cap, " theta=", c.tree.theta, " a=", c.calibration.a,
+             " b=", c.calibration.b);
+}
+
+TreeParams shape(TreeMode mode, int branch_cap, int node_cap, double theta, int draft_len = 3) {
+  TreeParams t;
+  t.mode = mode;
+  t.branch_cap = branch_cap;
+  t.node_cap = node_cap;
+  t.theta = theta;
+  t.draft_len = draft_len;
+  return t;
+}
+
+SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1, float min_p = 0) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  return p;
+}
+
+void expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
+  SyntheticTarget target;
+  target.vocab = vocab;
+  target.salt = seed;
+  const SyntheticDrafter drafter = SyntheticDrafter::random(vocab, 3, 2, seed * 31 + 7);
+  const std::vector<int32_t> context = {static_cast<int32_t>(seed % vocab), 1, 0};
+  const Distributions got = enumerate_round(target, drafter, context, c);
+  const Distributions want = exact_target(target, context, c.target);
+  EXPECT_NEAR(got.total, 1.0, 1e-12) << describe(c);
+  EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " seed " << seed;
+  EXPECT_LT(max_abs_diff(got.pair, want.pair), 1e-9) << describe(c) << " seed " << seed;
+  EXPECT_GT(got.outcomes, 1);
+}
+
+// Temperatures with and without processors, tree shapes from a single node to 6 nodes with up to 3 siblings.
+TEST(VerifyExact, TreesAcrossTemperaturesProcessorsAndShapes) {
+  const SamplingParams targets[] = {sampling(0.5f), sampling(1.0f), sampling(1.5f), sampling(1.0f, 3),
+                                    sampling(1.0f, 0, 0.8f), sampling(0.5f, 0, 1, 0.2f), sampling(1.5f, 4, 0.9f, 0.05f)};
+  const TreeParams shapes[] = {shape(TreeMode::Tree, 1, 1, 0),   shape(TreeMode::Tree, 2, 3, 0),
+                               shape(TreeMode::Tree, 3, 4, 0),   shape(TreeMode::Tree, 3, 6, 0.02),
+                               shape(TreeMode::Tree, 2, 5, 0.2), shape(TreeMode::Tree, 3, 6, 0.6)};
+  for (const SamplingParams& target : targets) {
+    for (const TreeParams& tree : shapes) {
+      const ExactCase c{target, target.temperature, tree, Calibration{1.3, 0.4}};
+      expect_exact(c, 5, 3);
+    }
+  }
+}
+
+TEST(VerifyExact, EveryModeAndCalibration) {
+  const SamplingParams target = sampling(1.0f, 0, 0.9f);
+  const TreeParams shapes[] = {shape(TreeMode::Chain, 1, 0, 0, 3), shape(TreeMode::Marginal, 2, 4, 0),
+                               shape(TreeMode::LogQ, 2, 4, 0.05), shape(TreeMode::Tree, 2, 4, 0.1)};
+  const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}};
+  for (const TreeParams& tree : shapes) {
+    for (const Calibration& cal : calibrations) expect_exact(ExactCase{target, 1.0f, tree, cal}, 6, 11);
+  }
+}
+
+// The drafter's q may differ from p in any way (temperature, a greedy top-q draft): still exact.
+TEST(VerifyExact, DraftTemperatureDiffersFromTarget) {
+  const TreeParams tree = shape(TreeMode::Tree, 2, 4, 0);
+  for (float draft_t : {0.0f, 0.3f, 2.0f}) {
+    expect_exact(ExactCase{sampling(1.0f), draft_t, tree, Calibration{}}, 6, 5);
+    expect_exact(ExactCase{sampling(0.7f, 3, 0.95f), draft_t, tree, Calibration{}}, 6, 6);
+  }
+}
+
+// Several random pairs and tiny vocabularies, including the full 8.
+TEST(VerifyExact, RandomPairsAndVocabularies) {
+  for (uint64_t seed = 20; seed < 24; ++seed) {
+    expect_exact(ExactCase{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 2, 3, 0), Calibration{}}, 8, seed);
+    expect_exact(ExactCase{sampling(1.5f, 0, 0.7f), 1.5f, shape(TreeMode::Tree, 3, 4, 0.01), Calibration{}}, 4,
+                 seed);
+  }
+}
+
+// The target equal to the drafter (p == q at every node): acceptance is 1 up to rounding; the degenerate-residual
+// guard must keep the result exact and free of NaN.
+TEST(VerifyExact, TargetEqualToDrafterHitsNoNan) {
+  const int vocab = 5;
+  const SyntheticDrafter drafter = SyntheticDrafter::random(vocab, 3, 2, 99);
+  const DraftSource source = drafter.source();
+  const std::vector<int32_t> context = {2};
+  ScriptedChooser chooser;
+  TreeParams tree_params = shape(TreeMode::Tree, 2, 3, 0);
+  tree_params.temperature = 1;
+  std::vector<double> first(vocab, 0);
+  do {
+    const DraftTree tree = expand(source, context.back(), tree_params, Calibration{}, chooser);
+    std::vector<float> rows(tree.size() * vocab);  // [n, vocab]: each node's target = the drafter's conditional
+    for (int i = 0; i < tree.size(); ++i) {
+      if (tree.depth[i] < drafter.block_size) source.conditional_logits(tree.depth[i] + 1, tree.token[i], &rows[i * vocab]);
+    }
+    const VerifyResult r = verify(tree, rows.data(), sampling(1.0f), source, chooser);
+    for (int32_t t : r.emitted) ASSERT_TRUE(t >= 0 && t < vocab);
+    first[r.emitted[0]] += chooser.probability();
+  } while (chooser.next());
+  std::vector<float> root_logits(vocab);
+  source.conditional_logits(1, context.back(), root_logits.data());
+  std::vector<double> want;
+  processed_distribution(root_logits.data(), vocab, sampling(1.0f), &want);
+  EXPECT_LT(max_abs_diff(first, want), 1e-9);
+}
+
+// Negative control: admit a sampled child only if its drawn q is large (peeking at the draw). The same exact test
+// must see the distortion (lossless-verification.md, pitfall 1).
+TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
+  SyntheticTarget target;
+  target.vocab = 5;
+  target.salt = 3;
+  const SyntheticDrafter drafter = SyntheticDrafter::random(5, 3, 2, 3 * 31 + 7);
+  const std::vector<int32_t> context = {3, 1, 0};
+  ExactCase c{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 2, 4, 0), Calibration{}};
+  const Distributions honest = enumerate_round(target, drafter, context, c);
+  c.tree.peek_admission_for_negative_test = [](double drawn_q) { return drawn_q > 0.25; };
+  const Distributions peeking = enumerate_round(target, drafter, context, c);
+  const Distributions want = exact_target(target, context, c.target);
+  EXPECT_LT(total_variation(honest.first, want.first), 1e-9);
+  EXPECT_NEAR(peeking.total, 1.0, 1e-12);
+  const double tv = std::max(total_variation(peeking.first, want.first), total_variation(peeking.pair, want.pair));
+  EXPECT_GT(tv, 1e-3) << "the peeking rule went undetected";
+}
+
+}  // namespace
+}  // namespace ts::spec
