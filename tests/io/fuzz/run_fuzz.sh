@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the safetensors header fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++-14)
+# straight from the io and core sources, then runs it for a bounded time from a small generated seed corpus.
+# Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer finds anything.
+#
+# usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS]
+set -euo pipefail
+export LC_ALL=C
+
+src=$(cd "$1" && pwd)
+work="$2/fuzz_safetensors"
+seconds="${3:-20}"
+cxx="${TS_FUZZ_CXX:-clang++-14}"
+
+fail() { echo "run_fuzz.sh: ERROR: $*" >&2; exit 1; }
+
+command -v "$cxx" >/dev/null || fail "$cxx not found: install clang-14 and libclang-rt-14-dev (scripts/install-deps.sh)"
+runtime="$("$cxx" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a"
+[ -f "$runtime" ] || fail "libFuzzer runtime $runtime missing: install libclang-rt-14-dev (scripts/install-deps.sh)"
+
+mkdir -p "$work/corpus" "$work/seeds"
+bin="$work/fuzz_safetensors"
+# The core files io needs (not src/core/*.cc: other core files may need OpenMP or other flags).
+sources=("$src"/src/io/*.cc "$src/src/core/error.cc" "$src/src/core/dtype.cc" "$src/src/core/mapped_file.cc"
+         "$src/tests/io/fuzz/fuzz_safetensors.cc")
+headers=("$src"/src/io/*.h "$src"/src/core/*.h)
+
+stale=0
+[ -x "$bin" ] || stale=1
+for f in "${sources[@]}" "${headers[@]}" "$0"; do [ "$f" -nt "$bin" ] && stale=1; done
+if [ "$stale" = 1 ]; then
+  echo "building $bin"
+  nice -n 10 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=all -I "$src/src" -I "$src/include" "${sources[@]}" -o "$bin.tmp" \
+    || fail "building the fuzzer failed (is libclang-rt-14-dev installed?)"
+  mv "$bin.tmp" "$bin"
+fi
+
+# Seeds: a few valid files and near misses. 8-byte little-endian header length, header, data.
+seed() {  # name header data_bytes
+  local n=${#2}
+  {
+    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((n & 255)) $(((n >> 8) & 255)) $(((n >> 16) & 255)) 0)"
+    printf '\0\0\0\0'
+    printf '%s' "$2"
+    head -c "$3" /dev/urandom
+  } > "$work/seeds/$1"
+}
+seed one_f32 '{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}' 8
+seed two '{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"b":{"dtype":"F16","shape":[1],"data_offsets":[8,10]}}' 10
+seed empty_tensor '{"e":{"dtype":"U8","shape":[0,3],"data_offsets":[0,0]},"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}}  ' 8
+seed overlap '{"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}}' 8
+seed duplicate '{"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"I8","shape":[1],"data_offsets":[1,2]}}' 2
+seed empty_header '{}' 0
+
+echo "fuzzing for ${seconds}s"
+status=0
+"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+  -dict="$src/tests/io/fuzz/safetensors.dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
+if [ "$status" != 0 ]; then
+  fail "the fuzzer found a problem (exit $status); the input is saved under $work/ (crash-*, leak-*, timeout-*)"
+fi
+echo "fuzz_safetensors: no findings"
