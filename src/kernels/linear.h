@@ -8,12 +8,20 @@
 
 namespace ts::kernels {
 
+// Which GEMM runs a Linear. Auto = Packed on AVX-512 CPUs (the batch-invariant column-group kernel,
+// src/kernels/cpu/gemm_packed.h), else Portable (same layout, scalar loop). OneDnn is kept for comparison
+// (bench_linear): it was batch-invariant in our tests but is not documented to be, and costs ~2.5x at 8 rows.
+enum class LinearBackend { Auto, Packed, Portable, OneDnn };
+
 class Linear {
  public:
   // weight: [out_features, in_features] row-major as stored by Hugging Face, of dtype F32, F16 or BF16.
   // compute: BF16 (weights kept in bf16, activations rounded to bf16, f32 accumulation) or F32.
   // F16 weights are converted at load to the compute type.
+  Linear();  // empty until assigned
   Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute);
+  Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute,
+         LinearBackend backend);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -26,6 +34,8 @@ class Linear {
   int in_features() const;
   DType compute_type() const;
   size_t weight_bytes() const;  // bytes of packed weights streamed per forward
+  LinearBackend backend() const;
+  const char* backend_name() const;
 
  private:
   struct Impl;
@@ -34,7 +44,10 @@ class Linear {
 
 namespace ref {
 // Scalar reference: y[r, o] = sum_i x[r, i] * w[o, i], where w and (for bf16 compute) x are rounded like Linear.
+// This form takes x and w as they are (the caller rounds them); accumulation in double.
 void linear(const float* x, const float* w_f32, float* y, int rows, int out_features, int in_features);
+// Rounds x and w to bf16 first when compute is BF16 (as Linear does), then as above.
+void linear(const float* x, const float* w_f32, float* y, int rows, int out_features, int in_features, DType compute);
 }  // namespace ref
 
 }  // namespace ts::kernels

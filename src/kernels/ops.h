@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace ts::kernels {
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]
@@ -33,7 +35,19 @@ void softmax(float* x, int n);
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale);
 
+// Residual add: dst[i] += src[i];  dst, src: [n]
+void add(float* dst, const float* src, int64_t n);
+
+// Embedding lookup: out[r, :] = table[ids[r], :] as f32.
+//   table: [vocab, dim] of dtype F32, F16 or BF16; ids: [rows]; out: [rows, dim]
+// Throws ts::Error for an id outside [0, vocab) (ids come from user input).
+void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out);
+
+// Which implementation the plain-named ops run on this CPU: "avx512" or "scalar" (the ref:: versions).
+const char* ops_isa();
+
 namespace ref {
+void add(float* dst, const float* src, int64_t n);
 void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps);
 void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

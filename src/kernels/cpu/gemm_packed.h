@@ -1,0 +1,54 @@
+// Internal: y = x W^T on weights packed once into column groups, with a fixed reduction order per output.
+//
+// Why our own GEMM rather than oneDNN for the default path: greedy speculative decoding compares a tree batch with
+// single-token forwards, so a row's output must not depend on how many rows share the call. Here every output
+// element y[r, o] is one accumulator lane that walks k = 0, 1, 2, ... in order whatever `rows` is (rows only
+// change how many accumulators run side by side), and threads split the output columns, never k.
+//
+// Packed layout (both dtypes): output columns in groups of kGroupCols = 4 panels x 16 lanes. For group g:
+//   bf16: [k_pairs][4 panels][16 lanes][2]  (one 64-byte zmm per panel per k pair, the vdpbf16ps operand order)
+//   f32:  [k][4 panels][16 lanes]
+// Groups are stored one after another; columns >= out_features and k >= in_features are zero.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ts::kernels::cpu {
+
+constexpr int kLanes = 16;
+constexpr int kGroupPanels = 4;
+constexpr int kGroupCols = kLanes * kGroupPanels;  // 64 output columns per group
+
+inline int gemm_groups(int out_features) { return (out_features + kGroupCols - 1) / kGroupCols; }
+inline int gemm_k_padded_bf16(int in_features) { return (in_features + 1) & ~1; }  // k pairs for vdpbf16ps
+
+// Elements (not bytes) of the packed buffer.
+inline size_t packed_elems_bf16(int out_features, int in_features) {
+  return size_t(gemm_groups(out_features)) * size_t(gemm_k_padded_bf16(in_features)) * kGroupCols;
+}
+inline size_t packed_elems_f32(int out_features, int in_features) {
+  return size_t(gemm_groups(out_features)) * size_t(in_features) * kGroupCols;
+}
+
+// w_bf16: [out, in] bf16 bits -> packed: packed_elems_bf16(out, in) bf16 bits.
+void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed);
+// w_f32: [out, in] -> packed: packed_elems_f32(out, in).
+void pack_f32(const float* w_f32, int out_features, int in_features, float* packed);
+
+// x_bf16: [rows, k_padded] bf16 bits (zero in the padding column); y: [rows, out_features].
+void gemm_bf16_avx512(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+                      int in_features);
+void gemm_f32_avx512(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
+
+// Portable versions with the same per-element order (k ascending, one accumulator), for CPUs without AVX-512.
+// The bf16 one rounds products like vdpbf16ps would not (it adds each exact product in f32): it is consistent
+// with itself across batch shapes, which is the property that matters, not bit-equal to the AVX-512 kernel.
+void gemm_bf16_scalar(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+                      int in_features);
+void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
+
+// f32 -> bf16 (round to nearest even), n elements; AVX-512 when available.
+void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
+}  // namespace ts::kernels::cpu

@@ -1,0 +1,82 @@
+// Packing for the column-group GEMM (layout in gemm_packed.h), the portable fallback kernels, and the dispatching
+// f32 -> bf16 activation conversion.
+#include <algorithm>
+#include <cstring>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "kernels/cpu/gemm_packed.h"
+
+namespace ts::kernels::cpu {
+
+void convert_f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);  // gemm_avx512.cc
+
+void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed) {
+  const int kp = gemm_k_padded_bf16(in_features);
+  const int groups = gemm_groups(out_features);
+  std::memset(packed, 0, packed_elems_bf16(out_features, in_features) * sizeof(uint16_t));
+#pragma omp parallel for schedule(static)
+  for (int g = 0; g < groups; ++g) {
+    uint16_t* dst_group = packed + size_t(g) * kp * kGroupCols;  // [k_pairs][64 cols][2]
+    for (int c = 0; c < kGroupCols; ++c) {
+      const int o = g * kGroupCols + c;
+      if (o >= out_features) break;
+      const uint16_t* src_row = w_bf16 + size_t(o) * in_features;
+      for (int k = 0; k < in_features; ++k) dst_group[size_t(k / 2) * kGroupCols * 2 + c * 2 + (k & 1)] = src_row[k];
+    }
+  }
+}
+
+void pack_f32(const float* w_f32, int out_features, int in_features, float* packed) {
+  const int groups = gemm_groups(out_features);
+  std::memset(packed, 0, packed_elems_f32(out_features, in_features) * sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int g = 0; g < groups; ++g) {
+    float* dst_group = packed + size_t(g) * in_features * kGroupCols;  // [k][64 cols]
+    for (int c = 0; c < kGroupCols; ++c) {
+      const int o = g * kGroupCols + c;
+      if (o >= out_features) break;
+      const float* src_row = w_f32 + size_t(o) * in_features;
+      for (int k = 0; k < in_features; ++k) dst_group[size_t(k) * kGroupCols + c] = src_row[k];
+    }
+  }
+}
+
+// One accumulator per output, k ascending; threads split columns only (see gemm_packed.h).
+void gemm_bf16_scalar(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+                      int in_features) {
+  const int kp = gemm_k_padded_bf16(in_features);
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < out_features; ++o) {
+    const uint16_t* wg = packed + size_t(o / kGroupCols) * kp * kGroupCols;
+    const int c = o % kGroupCols;
+    for (int r = 0; r < rows; ++r) {
+      const uint16_t* xr = x_bf16 + size_t(r) * kp;
+      float acc = 0.0f;
+      for (int k = 0; k < in_features; ++k)
+        acc += bf16_to_f32(xr[k]) * bf16_to_f32(wg[size_t(k / 2) * kGroupCols * 2 + c * 2 + (k & 1)]);
+      y[size_t(r) * out_features + o] = acc;
+    }
+  }
+}
+
+void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features) {
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < out_features; ++o) {
+    const float* wg = packed + size_t(o / kGroupCols) * in_features * kGroupCols;
+    const int c = o % kGroupCols;
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + size_t(r) * in_features;
+      float acc = 0.0f;
+      for (int k = 0; k < in_features; ++k) acc += xr[k] * wg[size_t(k) * kGroupCols + c];
+      y[size_t(r) * out_features + o] = acc;
+    }
+  }
+}
+
+void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  if (cpu_features().avx512_bf16) return convert_f32_to_bf16_avx512(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+}  // namespace ts::kernels::cpu

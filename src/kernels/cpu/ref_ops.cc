@@ -1,0 +1,97 @@
+// Scalar references for ops.h: direct transcriptions of the definitions, accumulating in double. They are the
+// yardstick for the fast versions (tests/kernels) and the fallback on CPUs without AVX-512.
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace ts::kernels::ref {
+
+void add(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + size_t(r) * dim;  // [dim]
+    float* outr = out + size_t(r) * dim;    // [dim]
+    double sum_sq = 0.0;
+    for (int i = 0; i < dim; ++i) sum_sq += double(xr[i]) * xr[i];
+    const double inv_rms = 1.0 / std::sqrt(sum_sq / dim + eps);
+    for (int i = 0; i < dim; ++i) outr[i] = float(double(xr[i]) * inv_rms * weight[i]);
+  }
+}
+
+// Angles in float exactly as Hugging Face computes them (inv_freq and pos * inv_freq in float32), then the
+// rotation in double.
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta) {
+  TS_CHECK(head_dim % 2 == 0, "rope: head_dim must be even, got ", head_dim);
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < half; ++i) {
+      const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
+      const float angle = float(positions[r]) * inv_freq;
+      const double c = std::cos(double(angle)), s = std::sin(double(angle));
+      for (int h = 0; h < heads; ++h) {
+        float* xh = x + (size_t(r) * heads + h) * head_dim;  // [head_dim]
+        const double a = xh[i], b = xh[i + half];
+        xh[i] = float(a * c - b * s);
+        xh[i + half] = float(b * c + a * s);
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = float(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void softmax(float* x, int n) {
+  double max_v = x[0];
+  for (int i = 1; i < n; ++i) max_v = std::max(max_v, double(x[i]));
+  std::vector<double> e(n);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += e[i] = std::exp(double(x[i]) - max_v);
+  for (int i = 0; i < n; ++i) x[i] = float(e[i] / sum);
+}
+
+void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
+               int n_heads, int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads (", n_heads,
+           ") must be a multiple of n_kv_heads (", n_kv_heads, ")");
+  const int group = n_heads / n_kv_heads;
+  std::vector<double> score(n_kv), acc(head_dim);
+  for (int i = 0; i < n_q; ++i) {
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qh = q + (size_t(i) * n_heads + h) * head_dim;  // [head_dim]
+      const int kvh = h / group;
+      double max_s = -INFINITY;
+      for (int j = 0; j < n_kv; ++j) {
+        if (!visible[size_t(i) * n_kv + j]) continue;
+        const float* kj = k + (size_t(j) * n_kv_heads + kvh) * head_dim;  // [head_dim]
+        double dot = 0.0;
+        for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * kj[d];
+        score[j] = dot * scale;
+        max_s = std::max(max_s, score[j]);
+      }
+      TS_CHECK(max_s > -INFINITY, "attention: query row ", i, " sees no key");
+      double sum = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int j = 0; j < n_kv; ++j) {
+        if (!visible[size_t(i) * n_kv + j]) continue;
+        const double p = std::exp(score[j] - max_s);
+        sum += p;
+        const float* vj = v + (size_t(j) * n_kv_heads + kvh) * head_dim;  // [head_dim]
+        for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+      }
+      float* oh = out + (size_t(i) * n_heads + h) * head_dim;  // [head_dim]
+      for (int d = 0; d < head_dim; ++d) oh[d] = float(acc[d] / sum);
+    }
+  }
+}
+
+}  // namespace ts::kernels::ref

@@ -1,0 +1,162 @@
+// Linear: converts the checkpoint's weights once to the compute type, packs them for the chosen GEMM, and per call
+// rounds the activations to bf16 (bf16 compute) before the product.
+#include "kernels/linear.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "kernels/cpu/dnnl_matmul.h"
+#include "kernels/cpu/gemm_packed.h"
+
+namespace ts::kernels {
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// 64-byte aligned so each packed k step of a panel is one cache line.
+void* aligned_bytes(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  TS_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes of packed weights");
+  return p;
+}
+
+// weight [out, in] of `dtype` -> f32 or bf16 bits, row-major [out, in].
+std::vector<float> weights_as_f32(const void* weight, DType dtype, size_t n) {
+  std::vector<float> out(n);
+  if (dtype == DType::F32) {
+    std::memcpy(out.data(), weight, n * 4);
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(weight);
+    for (size_t i = 0; i < n; ++i) out[i] = dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+  }
+  return out;
+}
+
+std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n) {
+  std::vector<uint16_t> out(n);
+  if (dtype == DType::BF16) {
+    std::memcpy(out.data(), weight, n * 2);
+  } else if (dtype == DType::F32) {
+    const float* src = static_cast<const float*>(weight);
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(weight);
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(f16_to_f32(src[i]));
+  }
+  return out;
+}
+
+LinearBackend resolve(LinearBackend requested, DType compute) {
+  if (requested != LinearBackend::Auto) return requested;
+  const CpuFeatures& f = cpu_features();
+  const bool packed_ok = compute == DType::BF16 ? f.avx512_bf16 : f.avx512f;
+  return packed_ok ? LinearBackend::Packed : LinearBackend::Portable;
+}
+
+}  // namespace
+
+struct Linear::Impl {
+  int out_features = 0, in_features = 0;
+  DType compute = DType::BF16;
+  LinearBackend backend = LinearBackend::Portable;
+  std::unique_ptr<void, FreeDeleter> packed;  // Packed / Portable: see gemm_packed.h for the layout
+  size_t packed_bytes = 0;
+  std::unique_ptr<cpu::DnnlMatmul> dnnl;  // OneDnn
+};
+
+Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute)
+    : Linear(weight, weight_dtype, out_features, in_features, compute, LinearBackend::Auto) {}
+
+Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute,
+               LinearBackend backend)
+    : impl_(std::make_unique<Impl>()) {
+  TS_CHECK(out_features > 0 && in_features > 0, "Linear: expected positive shape, got ", out_features, "x",
+           in_features);
+  TS_CHECK(weight_dtype == DType::F32 || weight_dtype == DType::F16 || weight_dtype == DType::BF16,
+           "Linear: weight dtype must be F32, F16 or BF16, got ", dtype_name(weight_dtype));
+  TS_CHECK(compute == DType::F32 || compute == DType::BF16, "Linear: compute type must be F32 or BF16, got ",
+           dtype_name(compute));
+  Impl& m = *impl_;
+  m.out_features = out_features;
+  m.in_features = in_features;
+  m.compute = compute;
+  m.backend = resolve(backend, compute);
+  if (m.backend == LinearBackend::Packed) {
+    const CpuFeatures& f = cpu_features();
+    TS_CHECK(compute == DType::BF16 ? f.avx512_bf16 : f.avx512f, "Linear: the packed ", dtype_name(compute),
+             " kernel needs ", compute == DType::BF16 ? "AVX512_BF16" : "AVX-512F", ", which this CPU lacks");
+  }
+  const size_t n = size_t(out_features) * in_features;
+  if (compute == DType::BF16) {
+    std::vector<uint16_t> w = weights_as_bf16(weight, weight_dtype, n);  // [out, in]
+    if (m.backend == LinearBackend::OneDnn) {
+      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w.data(), true, out_features, in_features);
+    } else {
+      m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
+      m.packed.reset(aligned_bytes(m.packed_bytes));
+      cpu::pack_bf16(w.data(), out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
+    }
+  } else {
+    std::vector<float> w = weights_as_f32(weight, weight_dtype, n);  // [out, in]
+    if (m.backend == LinearBackend::OneDnn) {
+      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w.data(), false, out_features, in_features);
+    } else {
+      m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
+      m.packed.reset(aligned_bytes(m.packed_bytes));
+      cpu::pack_f32(w.data(), out_features, in_features, static_cast<float*>(m.packed.get()));
+    }
+  }
+}
+
+Linear::Linear() = default;
+Linear::~Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+
+void Linear::forward(const float* x, int rows, float* y) const {
+  const Impl& m = *impl_;
+  TS_CHECK(rows >= 1, "Linear::forward: expected rows >= 1, got ", rows);
+  if (m.compute == DType::F32) {
+    if (m.backend == LinearBackend::OneDnn) return m.dnnl->forward(x, rows, y);
+    const float* w = static_cast<const float*>(m.packed.get());
+    if (m.backend == LinearBackend::Packed) return cpu::gemm_f32_avx512(x, w, y, rows, m.out_features, m.in_features);
+    return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
+  }
+  // bf16 activations: [rows, k_padded], zero in the padding column (the packed GEMM reads k in pairs).
+  const int kp = m.backend == LinearBackend::OneDnn ? m.in_features : cpu::gemm_k_padded_bf16(m.in_features);
+  thread_local std::vector<uint16_t> x_bf16;
+  x_bf16.resize(size_t(rows) * kp);
+  for (int r = 0; r < rows; ++r) {
+    cpu::convert_f32_to_bf16(x + size_t(r) * m.in_features, x_bf16.data() + size_t(r) * kp, m.in_features);
+    if (kp != m.in_features) x_bf16[size_t(r) * kp + m.in_features] = 0;
+  }
+  if (m.backend == LinearBackend::OneDnn) return m.dnnl->forward(x_bf16.data(), rows, y);
+  const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
+  if (m.backend == LinearBackend::Packed)
+    return cpu::gemm_bf16_avx512(x_bf16.data(), w, y, rows, m.out_features, m.in_features);
+  cpu::gemm_bf16_scalar(x_bf16.data(), w, y, rows, m.out_features, m.in_features);
+}
+
+int Linear::out_features() const { return impl_->out_features; }
+int Linear::in_features() const { return impl_->in_features; }
+DType Linear::compute_type() const { return impl_->compute; }
+size_t Linear::weight_bytes() const { return impl_->dnnl ? impl_->dnnl->weight_bytes() : impl_->packed_bytes; }
+LinearBackend Linear::backend() const { return impl_->backend; }
+
+const char* Linear::backend_name() const {
+  switch (impl_->backend) {
+    case LinearBackend::Packed: return impl_->compute == DType::BF16 ? "packed-avx512bf16" : "packed-avx512f";
+    case LinearBackend::Portable: return "portable";
+    case LinearBackend::OneDnn: return impl_->dnnl->impl_name();
+    case LinearBackend::Auto: break;
+  }
+  return "auto";
+}
+
+}  // namespace ts::kernels

@@ -1,0 +1,194 @@
+// Masked grouped-query attention: fast vs reference with a tolerance derived from the data, and the properties
+// tree verification relies on: masked keys contribute exactly nothing, and a tree row is bit-identical to the
+// same query attending alone to just its visible keys (a sequential forward).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace ts::kernels {
+namespace {
+
+using testing::bit_differences;
+using testing::kU32;
+using testing::random_normal;
+
+struct Problem {
+  int n_q, n_kv, n_heads, n_kv_heads, head_dim;
+  std::vector<float> q, k, v;      // [n_q, n_heads, hd], [n_kv, n_kv_heads, hd] x2
+  std::vector<uint8_t> visible;    // [n_q, n_kv]
+  float scale() const { return 1.0f / std::sqrt(float(head_dim)); }
+};
+
+Problem make_problem(int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, uint32_t seed) {
+  Problem p{n_q, n_kv, n_heads, n_kv_heads, head_dim, {}, {}, {}, {}};
+  p.q = random_normal(size_t(n_q) * n_heads * head_dim, 2.0f, seed);
+  p.k = random_normal(size_t(n_kv) * n_kv_heads * head_dim, 2.0f, seed + 1);
+  p.v = random_normal(size_t(n_kv) * n_kv_heads * head_dim, 1.0f, seed + 2);
+  p.visible.assign(size_t(n_q) * n_kv, 0);
+  return p;
+}
+
+// A draft tree appended after a prefix of `prefix` cached keys: node i (key row prefix + i) has parent
+// parent[i] < i (or -1 = the prefix); query row i sees the whole prefix, its ancestors and itself.
+void tree_mask(Problem& p, int prefix, const std::vector<int>& parent) {
+  for (int i = 0; i < p.n_q; ++i) {
+    uint8_t* row = &p.visible[size_t(i) * p.n_kv];
+    std::fill(row, row + prefix, 1);
+    for (int node = i; node >= 0; node = parent[node]) row[prefix + node] = 1;
+  }
+}
+
+std::vector<int> random_tree(int nodes, std::mt19937& rng) {
+  std::vector<int> parent(nodes);
+  for (int i = 0; i < nodes; ++i) parent[i] = i == 0 ? -1 : int(rng() % (i + 1)) - 1;
+  return parent;
+}
+
+// |fast - ref| bound per output element. With E = max over visible j of the score's error (dot product:
+// (hd/16 + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
+// the normaliser <= E + (n_vis/16 + 4) u, and the weighted sum adds n_vis u relative to sum p|v|. So
+// |err_d| <= A_d (2E + (n_vis + n_vis/16 + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j; doubled for slack.
+void expect_close_to_reference(const Problem& p, const std::vector<float>& fast) {
+  std::vector<float> ref(fast.size());
+  ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref.data(), p.n_q, p.n_kv, p.n_heads,
+                 p.n_kv_heads, p.head_dim, p.scale());
+  const int hd = p.head_dim, group = p.n_heads / p.n_kv_heads;
+  for (int i = 0; i < p.n_q; ++i)
+    for (int h = 0; h < p.n_heads; ++h) {
+      const float* q = &p.q[(size_t(i) * p.n_heads + h) * hd];
+      const int kvh = h / group;
+      std::vector<double> s(p.n_kv), abs_dot(p.n_kv);
+      double max_s = -INFINITY;
+      int n_vis = 0;
+      for (int j = 0; j < p.n_kv; ++j) {
+        if (!p.visible[size_t(i) * p.n_kv + j]) continue;
+        const float* k = &p.k[(size_t(j) * p.n_kv_heads + kvh) * hd];
+        double dot = 0, ad = 0;
+        for (int d = 0; d < hd; ++d) dot += double(q[d]) * k[d], ad += std::abs(double(q[d]) * k[d]);
+        s[j] = dot * p.scale(), abs_dot[j] = ad * p.scale();
+        max_s = std::max(max_s, s[j]);
+        ++n_vis;
+      }
+      double E = 0, sum_p = 0;
+      std::vector<double> A(hd, 0.0);
+      for (int j = 0; j < p.n_kv; ++j) {
+        if (!p.visible[size_t(i) * p.n_kv + j]) continue;
+        E = std::max(E, ((hd / 16.0 + 4) * abs_dot[j] + std::abs(s[j] - max_s) + 2) * kU32);
+        const double pj = std::exp(s[j] - max_s);
+        sum_p += pj;
+        const float* v = &p.v[(size_t(j) * p.n_kv_heads + kvh) * hd];
+        for (int d = 0; d < hd; ++d) A[d] += pj * std::abs(v[d]);
+      }
+      for (int d = 0; d < hd; ++d) {
+        const size_t o = (size_t(i) * p.n_heads + h) * hd + d;
+        const double tol = 2.0 * A[d] / sum_p * (2 * E + (n_vis + n_vis / 16.0 + 8) * kU32);
+        ASSERT_NEAR(fast[o], ref[o], tol) << "row " << i << " head " << h << " d " << d;
+      }
+    }
+}
+
+std::vector<float> run_fast(const Problem& p) {
+  std::vector<float> out(p.q.size());
+  attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), out.data(), p.n_q, p.n_kv, p.n_heads,
+            p.n_kv_heads, p.head_dim, p.scale());
+  return out;
+}
+
+TEST(Attention, MatchesReferenceOverShapesAndMasks) {
+  std::mt19937 rng(42);
+  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
+  // head_dim 32/64/128 and an odd 48 + 200 (masked tails, > 128 register block); GQA ratios 1, 2, 4.
+  for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{3, 17, 4, 4, 32}, Shape{7, 40, 8, 4, 64}, Shape{16, 70, 16, 4, 128},
+                  Shape{5, 33, 4, 2, 48}, Shape{4, 9, 2, 1, 200}}) {
+    Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
+    // Random masks, each row seeing at least one key.
+    for (int i = 0; i < s.n_q; ++i) {
+      for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
+      p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
+    }
+    expect_close_to_reference(p, run_fast(p));
+    // Causal.
+    if (s.n_kv >= s.n_q) {
+      for (int i = 0; i < s.n_q; ++i)
+        for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = j <= s.n_kv - s.n_q + i;
+      expect_close_to_reference(p, run_fast(p));
+    }
+  }
+}
+
+TEST(Attention, TreeRowsEqualSequentialForwardBitForBit) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int nodes = 1 + int(rng() % 24), prefix = int(rng() % 50);
+    const int kv_heads = 2, heads = kv_heads * (1 << (trial % 3)), hd = trial % 2 ? 128 : 64;
+    Problem p = make_problem(nodes, prefix + nodes, heads, kv_heads, hd, rng());
+    tree_mask(p, prefix, random_tree(nodes, rng));
+    const std::vector<float> batch = run_fast(p);
+    expect_close_to_reference(p, batch);
+    const size_t row_q = size_t(heads) * hd, row_kv = size_t(kv_heads) * hd;
+    for (int i = 0; i < nodes; ++i) {
+      // The sequential forward of this node: only its path's keys, in order, all visible.
+      std::vector<float> k_path, v_path;
+      for (int j = 0; j < p.n_kv; ++j) {
+        if (!p.visible[size_t(i) * p.n_kv + j]) continue;
+        k_path.insert(k_path.end(), p.k.begin() + j * row_kv, p.k.begin() + (j + 1) * row_kv);
+        v_path.insert(v_path.end(), p.v.begin() + j * row_kv, p.v.begin() + (j + 1) * row_kv);
+      }
+      const int n_path = int(k_path.size() / row_kv);
+      std::vector<uint8_t> all(n_path, 1);
+      std::vector<float> alone(row_q);
+      attention(p.q.data() + i * row_q, k_path.data(), v_path.data(), all.data(), alone.data(), 1, n_path, heads,
+                kv_heads, hd, p.scale());
+      ASSERT_EQ(bit_differences(alone.data(), batch.data() + i * row_q, row_q), 0u)
+          << "trial " << trial << " node " << i << " of " << nodes;
+    }
+  }
+}
+
+TEST(Attention, MaskedKeysContributeNothing) {
+  Problem p = make_problem(4, 20, 4, 2, 64, 99);
+  for (int i = 0; i < p.n_q; ++i)
+    for (int j = 0; j < p.n_kv; ++j) p.visible[size_t(i) * p.n_kv + j] = (j % 8 == i) || j == 0;  // keys 4-7, 12-15 unseen
+  const std::vector<float> clean = run_fast(p);
+  // Poison the key/value rows nobody sees with NaN keys and infinite values.
+  for (int j = 0; j < p.n_kv; ++j) {
+    bool seen = false;
+    for (int i = 0; i < p.n_q; ++i) seen |= p.visible[size_t(i) * p.n_kv + j] != 0;
+    if (seen) continue;
+    for (int d = 0; d < p.n_kv_heads * p.head_dim; ++d) {
+      p.k[size_t(j) * p.n_kv_heads * p.head_dim + d] = std::numeric_limits<float>::quiet_NaN();
+      p.v[size_t(j) * p.n_kv_heads * p.head_dim + d] = std::numeric_limits<float>::infinity();
+    }
+  }
+  // Key 1 is seen by row 1 only: a huge score there changes row 1 and never row 0.
+  const std::vector<float> poisoned = run_fast(p);
+  EXPECT_EQ(bit_differences(clean.data(), poisoned.data(), clean.size()), 0u);
+  for (float x : poisoned) ASSERT_TRUE(std::isfinite(x));
+  for (int d = 0; d < p.n_kv_heads * p.head_dim; ++d) p.k[size_t(1) * p.n_kv_heads * p.head_dim + d] = 1e3f;
+  const std::vector<float> boosted = run_fast(p);
+  const size_t row = size_t(p.n_heads) * p.head_dim;
+  EXPECT_EQ(bit_differences(clean.data(), boosted.data(), row), 0u);           // row 0 doesn't see key 1
+  EXPECT_GT(bit_differences(clean.data() + row, boosted.data() + row, row), 0u);  // row 1 does
+}
+
+TEST(Attention, RejectsBadArguments) {
+  Problem p = make_problem(2, 3, 4, 2, 32, 1);
+  p.visible = {1, 0, 0, 0, 0, 0};  // row 1 sees nothing
+  std::vector<float> out(p.q.size());
+  EXPECT_THROW(attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), out.data(), 2, 3, 4, 2, 32, 0.1f),
+               Error);
+  p.visible.assign(6, 1);
+  EXPECT_THROW(attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), out.data(), 2, 3, 4, 3, 32, 0.1f),
+               Error);
+}
+
+}  // namespace
+}  // namespace ts::kernels
