@@ -34,15 +34,20 @@ void check_writable(const TensorToWrite& t) {
            dtype_size(t.dtype), " bytes but ", t.bytes.size(), " were given");
 }
 
-}  // namespace
+// The sorted tensors and the bytes before the data section (length field + padded header).
+struct Layout {
+  std::vector<const TensorToWrite*> by_name;  // [tensors], sorted by name: the order of the data section
+  std::string prefix;                         // [8 + header length]
+  uint64_t data_bytes = 0;
+};
 
-std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
-  std::vector<const TensorToWrite*> by_name;  // [tensors], sorted by name
+Layout plan_layout(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
+  Layout layout;
   for (const TensorToWrite& t : tensors) {
     check_writable(t);
-    by_name.push_back(&t);
+    layout.by_name.push_back(&t);
   }
+  auto& by_name = layout.by_name;
   std::sort(by_name.begin(), by_name.end(),
             [](const TensorToWrite* a, const TensorToWrite* b) { return a->name < b->name; });
   for (size_t i = 1; i < by_name.size(); ++i)
@@ -57,6 +62,7 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
                        {"data_offsets", {offset, offset + t->bytes.size()}}};
     offset += t->bytes.size();
   }
+  layout.data_bytes = offset;
   std::string header_text;
   try {
     header_text = header.dump();  // strict: names must be valid UTF-8, as the reference requires
@@ -64,24 +70,35 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
     TS_FAIL("cannot write safetensors header (names and metadata must be valid UTF-8): ", e.what());
   }
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
-
-  std::vector<uint8_t> out;  // [8 + header + data]
-  out.reserve(8 + header_text.size() + offset);
   const uint64_t header_bytes = header_text.size();
-  for (int i = 0; i < 8; ++i) out.push_back(uint8_t(header_bytes >> (8 * i)));
-  out.insert(out.end(), header_text.begin(), header_text.end());
-  for (const TensorToWrite* t : by_name) out.insert(out.end(), t->bytes.begin(), t->bytes.end());
+  for (int i = 0; i < 8; ++i) layout.prefix.push_back(char(uint8_t(header_bytes >> (8 * i))));
+  layout.prefix += header_text;
+  return layout;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  const Layout layout = plan_layout(tensors, metadata);
+  std::vector<uint8_t> out;  // [8 + header + data]
+  out.reserve(layout.prefix.size() + layout.data_bytes);
+  out.insert(out.end(), layout.prefix.begin(), layout.prefix.end());
+  for (const TensorToWrite* t : layout.by_name) out.insert(out.end(), t->bytes.begin(), t->bytes.end());
   return out;
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::vector<uint8_t> bytes = serialize_safetensors(tensors, metadata);
-  // Write beside the target and rename, so a reader never sees a half-written checkpoint.
+  const Layout layout = plan_layout(tensors, metadata);
+  // Streamed tensor by tensor (no second copy of the weights in memory), beside the target and then renamed, so
+  // a reader never sees a half-written checkpoint.
   const std::string temp_path = cat(path, ".tmp.", ::getpid());
   std::FILE* f = std::fopen(temp_path.c_str(), "wb");
   TS_CHECK(f, "cannot create ", temp_path, ": ", std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  bool written = std::fwrite(layout.prefix.data(), 1, layout.prefix.size(), f) == layout.prefix.size();
+  for (const TensorToWrite* t : layout.by_name)
+    written = written && std::fwrite(t->bytes.data(), 1, t->bytes.size(), f) == t->bytes.size();
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {
