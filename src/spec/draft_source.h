@@ -31,13 +31,19 @@ enum class QSource : uint8_t {
 
 // q for the children of a node at depth child_depth - 1 whose token is parent_token:
 //   q = softmax(logits / temperature), temperature 0 meaning 1 (greedy drafting ranks by q at temperature 1 and
-//   draws deterministically). logits_scratch: [vocab] work space; q: resized to [vocab].
+//   draws deterministically), computed by softmax_f32 and widened to double (q sums to 1 within float rounding;
+//   every draw renormalises through remove_drawn). logits_scratch: [vocab] work space; q: resized to [vocab].
 void draft_distribution(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
                         float temperature, std::vector<float>* logits_scratch, std::vector<double>* q);
 
 // q_j: q with the already drawn tokens removed and the rest renormalised (the distribution of the next draw
 // without replacement). Returns the remaining mass Z (q_j = q / Z off the drawn set); when Z == 0 q_j is all 0.
 // q: [vocab]; drawn: distinct tokens; q_j: resized to [vocab].
+// The same q in float, without the double copy: probs: [vocab] (expansion ranks and bounds from these; its draws
+// and verify() use the double widening of exactly these values).
+void draft_probs_f32(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
+                     float temperature, float* probs);
+
 double remove_drawn(const std::vector<double>& q, std::span<const int32_t> drawn, std::vector<double>* q_j);
 
 }  // namespace ts::spec

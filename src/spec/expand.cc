@@ -23,14 +23,14 @@ void validate_tree_params(const TreeParams& params) {
 
 namespace {
 
-using QVector = std::vector<double>;  // [vocab]
-
 // A node that may still get children.
 struct OpenParent {
   double log_survival = 0;
-  std::shared_ptr<const QVector> q;                // its children's q; null until its slot first reaches the top
-  std::shared_ptr<const std::vector<int32_t>> top;  // its top-branch_cap tokens by q (q desc, index asc)
-  std::vector<int32_t> drawn;                      // children drawn so far, in draw order
+  bool loaded = false;           // its q has been computed (when its slot first reached the top)
+  std::vector<int32_t> top;      // its top-branch_cap tokens by q (q desc, index asc)
+  std::vector<double> top_q;     // their q
+  std::vector<double> remaining;  // sampling only: [vocab] q with the drawn tokens zeroed = the next draw's weights
+  std::vector<int32_t> drawn;    // children drawn so far, in draw order
 };
 
 // A heap entry. log_bound bounds log(survival) of the node's next child; for a node whose q is not loaded yet it
@@ -51,40 +51,56 @@ struct SlotBelow {
   }
 };
 
-// The count largest tokens of q, ordered by (q desc, index asc), in one pass that keeps a small sorted list:
-// O(vocab) when count is small, no vocabulary-sized sort.
-void select_top(const QVector& q, int count, std::vector<int32_t>* top) {
+// The count largest tokens of probs ([vocab]), ordered by (prob desc, index asc), in one pass that keeps a small
+// sorted list: O(vocab) when count is small, no vocabulary-sized sort.
+void select_top(const float* probs, int vocab, int count, std::vector<int32_t>* top, std::vector<double>* top_q) {
   top->clear();
-  const int vocab = static_cast<int>(q.size());
+  float smallest_kept = 0;
   for (int32_t t = 0; t < vocab; ++t) {
-    const double v = q[t];
-    if (static_cast<int>(top->size()) == count && !(v > q[top->back()])) continue;  // ties keep the lower index
+    const float v = probs[t];
+    if (static_cast<int>(top->size()) == count && !(v > smallest_kept)) continue;  // ties keep the lower index
     auto pos = top->end();
-    while (pos != top->begin() && q[*(pos - 1)] < v) --pos;
+    while (pos != top->begin() && probs[*(pos - 1)] < v) --pos;
     top->insert(pos, t);
     if (static_cast<int>(top->size()) > count) top->pop_back();
+    smallest_kept = probs[top->back()];
   }
+  top_q->resize(top->size());
+  for (size_t i = 0; i < top->size(); ++i) (*top_q)[i] = probs[(*top)[i]];
 }
 
 // The largest q among the parent's not-yet-drawn tokens (0 when none is left). After j < branch_cap draws one of
 // top[0..j] is undrawn, so top holds the answer.
 double next_remaining_q(const OpenParent& p, int32_t* token) {
-  for (int32_t t : *p.top) {
+  for (size_t i = 0; i < p.top.size(); ++i) {
     bool drawn = false;
-    for (int32_t d : p.drawn) drawn |= d == t;
+    for (int32_t d : p.drawn) drawn |= d == p.top[i];
     if (!drawn) {
-      *token = t;
-      return (*p.q)[t];
+      *token = p.top[i];
+      return p.top_q[i];
     }
   }
   *token = -1;
   return 0;
 }
 
-void release(OpenParent* p) {
-  p->q.reset();
-  p->top.reset();
-}
+// Vocabulary-sized buffers are recycled between parents instead of reallocated.
+class BufferPool {
+ public:
+  std::vector<double> take() {
+    if (spare_.empty()) return {};
+    std::vector<double> v = std::move(spare_.back());
+    spare_.pop_back();
+    return v;
+  }
+  void give(std::vector<double>* v) {
+    if (v->capacity() > 0) spare_.push_back(std::move(*v));
+    *v = {};
+  }
+
+ private:
+  std::vector<std::vector<double>> spare_;
+};
 
 }  // namespace
 
@@ -96,6 +112,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   TS_CHECK(anchor >= 0 && anchor < source.vocab, "tree: anchor token ", anchor, " outside [0, ", source.vocab, ")");
   TS_CHECK(calibration.a > 0, "tree: calibration slope a must be > 0 (p_hat increasing in q), got ", calibration.a);
 
+  const int vocab = source.vocab;
   const bool chain = params.mode == TreeMode::Chain;
   const int node_cap = chain ? params.draft_len : params.node_cap;
   const int branch_cap = chain ? 1 : params.branch_cap;
@@ -115,12 +132,15 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   open.reserve(node_cap + 1);
   std::priority_queue<Slot, std::vector<Slot>, SlotBelow> heap;
   heap.push(Slot{0.0, 0, false});
-  // Marginal q depends only on the depth: one per depth, shared by every parent there.
-  std::vector<std::shared_ptr<const QVector>> marginal_q(source.block_size + 1);
-  std::vector<std::shared_ptr<const std::vector<int32_t>>> marginal_top(source.block_size + 1);
-  std::vector<float> logits_scratch;  // [vocab]
-  QVector q_j;                        // [vocab] the current draw's without-replacement distribution
-  double expected_tokens = 1;         // 1 + sum of survivals
+  // Marginal q depends only on the depth: computed once per depth, shared by every parent there.
+  std::vector<std::vector<float>> marginal_probs(source.block_size + 1);  // [depth][vocab]
+  std::vector<float> probs(vocab);  // [vocab] the q being loaded
+  BufferPool pool;
+  double expected_tokens = 1;  // 1 + sum of survivals
+  const auto close = [&](OpenParent* p) {
+    pool.give(&p->remaining);
+    p->top.clear();
+  };
 
   while (!heap.empty() && tree.size() - 1 < node_cap) {
     const Slot slot = heap.top();
@@ -133,65 +153,68 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     if (slot.log_bound < log_threshold) break;  // every other slot's bound is no higher
 
     const int32_t parent = slot.node;
-    int32_t next_token = -1;
+    int32_t token = -1;
     if (!slot.has_q) {  // load the parent's q, then re-queue it under its real bound (nothing is admitted yet)
       OpenParent& p = open[parent];
       const int child_depth = tree.depth[parent] + 1;
-      if (q_source == QSource::Base && marginal_q[child_depth]) {
-        p.q = marginal_q[child_depth];
-        p.top = marginal_top[child_depth];
-      } else {
-        auto q = std::make_shared<QVector>();
-        auto top = std::make_shared<std::vector<int32_t>>();
-        draft_distribution(source, q_source, child_depth, tree.token[parent], params.temperature, &logits_scratch,
-                           q.get());
-        select_top(*q, branch_cap, top.get());
-        p.q = q;
-        p.top = top;
-        if (q_source == QSource::Base) {
-          marginal_q[child_depth] = p.q;
-          marginal_top[child_depth] = p.top;
+      const float* q = probs.data();
+      if (q_source == QSource::Base) {
+        std::vector<float>& shared = marginal_probs[child_depth];
+        if (shared.empty()) {
+          shared.resize(vocab);
+          draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data());
         }
+        q = shared.data();
+      } else {
+        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, probs.data());
       }
-      const double next_q = next_remaining_q(p, &next_token);
+      select_top(q, vocab, branch_cap, &p.top, &p.top_q);
+      if (sampling) {
+        p.remaining = pool.take();
+        p.remaining.assign(q, q + vocab);  // widened exactly as draft_distribution() widens for verify()
+      }
+      p.loaded = true;
+      const double next_q = next_remaining_q(p, &token);
       if (next_q > 0) {
         heap.push(Slot{p.log_survival + log_p_hat(next_q), parent, true});
       } else {
-        release(&p);
+        close(&p);
       }
       continue;
     }
 
-    // Admitted. Now draw.
-    int32_t child;
+    // Admitted. Now draw: sampled from the remaining q (the chooser normalises; verify() divides by the same sum),
+    // or greedily the largest remaining q, whose survival is the bound just admitted.
+    double child_q;
     {
       OpenParent& p = open[parent];
       if (sampling) {
-        remove_drawn(*p.q, p.drawn, &q_j);
-        child = chooser.choose(q_j.data(), source.vocab);
+        token = chooser.choose(p.remaining.data(), vocab);
+        child_q = p.remaining[token];
+        p.remaining[token] = 0;
       } else {
-        next_remaining_q(p, &child);  // the largest remaining q: survival == the bound just admitted
+        child_q = next_remaining_q(p, &token);
       }
-    }
-    const double child_q = (*open[parent].q)[child];
-    if (sampling && params.peek_admission_for_negative_test && !params.peek_admission_for_negative_test(child_q)) {
-      release(&open[parent]);  // the lossy test-only rule: drop the draw after seeing it
-      continue;
+      if (sampling && params.peek_admission_for_negative_test && !params.peek_admission_for_negative_test(child_q)) {
+        close(&p);  // the lossy test-only rule: drop the draw after seeing it
+        continue;
+      }
     }
     OpenParent& p = open[parent];
     const int rank = static_cast<int>(p.drawn.size());
-    p.drawn.push_back(child);
+    p.drawn.push_back(token);
     const double child_log_survival = p.log_survival + log_p_hat(child_q);
     const double child_survival = std::exp(child_log_survival);
-    const int node = tree.add(child, parent, rank, child_q, static_cast<float>(child_survival));
+    const int node = tree.add(token, parent, rank, child_q, static_cast<float>(child_survival));
     expected_tokens += child_survival;
 
     // Re-queue the parent under its next bound, or close it.
+    int32_t next_token = -1;
     const double next_q = static_cast<int>(p.drawn.size()) < branch_cap ? next_remaining_q(p, &next_token) : 0;
     if (next_q > 0) {
       heap.push(Slot{p.log_survival + log_p_hat(next_q), parent, true});
     } else {
-      release(&p);
+      close(&p);
     }
     // The child's own slot (p is not used past this point: emplace_back may move it).
     open.emplace_back();
