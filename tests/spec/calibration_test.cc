@@ -1,0 +1,126 @@
+// Calibration: logistic fit recovers known (a, b); ECE; degenerate data; the JSON file and lookup.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "sampling/chooser.h"
+#include "spec/calibration.h"
+#include "spec/calibration_file.h"
+
+namespace ts::spec {
+namespace {
+
+// Edges with q spread over (0, 1) and labels drawn from sigmoid(a * logit(q) + b).
+std::vector<EdgeRecord> synthetic_records(double a, double b, int n, uint64_t seed) {
+  RandomChooser rng(seed);
+  std::vector<EdgeRecord> records;
+  for (int i = 0; i < n; ++i) {
+    const double q = 0.001 + 0.998 * rng.uniform();
+    const double p = 1 / (1 + std::exp(-(a * clamped_logit(q) + b)));
+    records.push_back(EdgeRecord{clamped_logit(q), static_cast<uint8_t>(rng.uniform() < p), 1, 0});
+  }
+  return records;
+}
+
+TEST(Calibration, DefaultsAreTheIdentity) {
+  const Calibration c;
+  for (double q : {1e-6, 0.1, 0.5, 0.9, 0.999}) {
+    EXPECT_NEAR(c.p_hat(q), q, 1e-12);
+    EXPECT_NEAR(c.log_p_hat(q), std::log(q), 1e-9);
+  }
+  EXPECT_EQ(fit_calibration({}).a, 1);
+  EXPECT_EQ(fit_calibration({}).b, 0);
+  EXPECT_TRUE(std::isfinite(Calibration{2, 1}.log_p_hat(0)));  // q clamped before the logit
+}
+
+TEST(Calibration, FitRecoversKnownParameters) {
+  for (auto [a, b] : {std::pair{1.7, -0.4}, {0.6, 0.8}, {1.0, 0.0}}) {
+    const std::vector<EdgeRecord> records = synthetic_records(a, b, 40000, 17);
+    const Calibration fit = fit_calibration(records);
+    EXPECT_NEAR(fit.a, a, 0.05) << a << " " << b;
+    EXPECT_NEAR(fit.b, b, 0.05) << a << " " << b;
+    const double after = expected_calibration_error(records, fit);
+    EXPECT_LT(after, 0.015);
+    if (a != 1.0) {
+      EXPECT_GT(expected_calibration_error(records, Calibration{}), 2 * after);
+    }
+  }
+}
+
+TEST(Calibration, EceByHand) {
+  // Identity calibration; q = 0.25 (bin 2) labelled 1, 0, 0, 0 -> |0.25 - 0.25| = 0; q = 0.85 (bin 8) labelled 1, 1
+  // -> |0.85 - 1| weighted 2/6.
+  std::vector<EdgeRecord> records;
+  for (int label : {1, 0, 0, 0}) records.push_back(EdgeRecord{clamped_logit(0.25), static_cast<uint8_t>(label)});
+  for (int label : {1, 1}) records.push_back(EdgeRecord{clamped_logit(0.85), static_cast<uint8_t>(label)});
+  EXPECT_NEAR(expected_calibration_error(records, Calibration{}), 2.0 / 6 * 0.15, 1e-12);
+  EXPECT_EQ(expected_calibration_error({}, Calibration{}), 0);
+}
+
+TEST(Calibration, OneSidedLabelsStayFiniteAndIncreasing) {
+  std::vector<EdgeRecord> ones = synthetic_records(1, 0, 500, 3);
+  for (EdgeRecord& r : ones) r.accepted = 1;
+  const Calibration up = fit_calibration(ones);
+  EXPECT_TRUE(std::isfinite(up.a) && std::isfinite(up.b));
+  EXPECT_GE(up.a, 1e-3);
+  // Anti-informative labels (accepted iff q small) would give a < 0: clamped to keep p_hat increasing.
+  std::vector<EdgeRecord> anti = synthetic_records(-2, 0, 2000, 4);
+  EXPECT_GE(fit_calibration(anti).a, 1e-3);
+}
+
+TEST(CalibrationFile, RoundTripLookupAndDefaults) {
+  const std::vector<EdgeRecord> records = synthetic_records(1.5, -0.3, 5000, 8);
+  CalibrationTable table;
+  table.upsert(fit_calibration_entry(records, 1.0));
+  table.upsert(CalibrationEntry{0.0, 2.0, 0.5, 100, 0.2, 0.05});
+  table.upsert(CalibrationEntry{0.7, 1.1, 0.1, 10, 0.1, 0.01});
+  table.upsert(CalibrationEntry{0.7, 1.2, 0.2, 20, 0.1, 0.01});  // replaces the previous 0.7
+  ASSERT_EQ(table.entries.size(), 3u);
+  EXPECT_EQ(table.entries[1].a, 1.2);
+  EXPECT_EQ(table.entries[2].edges, 5000);
+  EXPECT_GT(table.entries[2].ece_before, table.entries[2].ece_after);
+
+  const std::string path = std::string(TS_BINARY_DIR) + "/calibration_test.json";
+  write_calibration_table(path, table);
+  const CalibrationTable back = read_calibration_table(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(back.entries.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.entries[i].temperature, table.entries[i].temperature);
+    EXPECT_EQ(back.entries[i].a, table.entries[i].a);
+    EXPECT_EQ(back.entries[i].b, table.entries[i].b);
+    EXPECT_EQ(back.entries[i].edges, table.entries[i].edges);
+    EXPECT_EQ(back.entries[i].ece_after, table.entries[i].ece_after);
+  }
+  // Nearest temperature, the lower on ties.
+  EXPECT_EQ(back.lookup(0.0).a, 2.0);
+  EXPECT_EQ(back.lookup(0.3).a, 2.0);
+  EXPECT_EQ(back.lookup(0.35).a, 2.0);  // tie between 0 and 0.7
+  EXPECT_EQ(back.lookup(0.6).a, 1.2);
+  EXPECT_EQ(back.lookup(5.0).a, table.entries[2].a);
+  // Absent file: empty table, default calibration.
+  const CalibrationTable none = read_calibration_table(path + ".missing");
+  EXPECT_TRUE(none.entries.empty());
+  EXPECT_EQ(none.lookup(1.0).a, 1);
+  EXPECT_EQ(none.lookup(1.0).b, 0);
+}
+
+TEST(CalibrationFile, MalformedInputThrows) {
+  EXPECT_THROW(calibration_table_from_json("not json"), Error);
+  EXPECT_THROW(calibration_table_from_json("[]"), Error);
+  EXPECT_THROW(calibration_table_from_json(R"({"version": 2, "entries": []})"), Error);
+  EXPECT_THROW(calibration_table_from_json(R"({"version": 1})"), Error);
+  EXPECT_THROW(calibration_table_from_json(R"({"version": 1, "entries": [{"temperature": 1, "a": 1}]})"), Error);
+  EXPECT_THROW(calibration_table_from_json(R"({"version": 1, "entries": [{"temperature": 1, "a": -1, "b": 0}]})"),
+               Error);
+  const CalibrationTable ok =
+      calibration_table_from_json(R"({"version": 1, "entries": [{"temperature": 1, "a": 1.5, "b": -0.5}]})");
+  EXPECT_EQ(ok.lookup(1).a, 1.5);
+  EXPECT_EQ(ok.entries[0].edges, 0);
+}
+
+}  // namespace
+}  // namespace ts::spec

@@ -1,0 +1,72 @@
+// The load-adaptive theta: the rule's arithmetic, interpolation, and its limits (flat cost -> 0, proportional
+// cost -> 1 for the first node, rising as the cost curve becomes linear).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "spec/theta_policy.h"
+
+namespace ts::spec {
+namespace {
+
+// L(k) = fixed + per_token * k at one batch size, measured at k = 1, 2, 4, 8, 16.
+CostModel affine(double fixed, double per_token) {
+  CostModel m;
+  m.batches = {1};
+  m.tokens = {1, 2, 4, 8, 16};
+  for (int k : m.tokens) m.ms.push_back(fixed + per_token * k);
+  return m;
+}
+
+TEST(ThetaPolicy, RuleArithmetic) {
+  const CostModel m = affine(10, 1);  // L(3) = 13, L(4) = 14
+  EXPECT_NEAR(adaptive_theta(m, 1, 3, 2.5), (14.0 - 13.0) * 2.5 / 13.0, 1e-12);
+  // Worth adding iff the tokens-per-ms rate does not drop: check the equivalence directly.
+  const double theta = adaptive_theta(m, 1, 3, 2.5);
+  EXPECT_NEAR((2.5 + theta) / 14.0, 2.5 / 13.0, 1e-12);
+}
+
+TEST(ThetaPolicy, FlatCostGivesZeroAndProportionalCostGivesOne) {
+  EXPECT_NEAR(adaptive_theta(affine(10, 0), 1, 1, 1.0), 0.0, 1e-12);
+  EXPECT_NEAR(adaptive_theta(affine(0.001, 1), 1, 1, 1.0), 1.0, 1e-3);
+  // Proportional cost: theta = E / k, i.e. the tree's mean survival per token so far.
+  EXPECT_NEAR(adaptive_theta(affine(1e-9, 2), 1, 5, 3.0), 3.0 / 5, 1e-6);
+}
+
+TEST(ThetaPolicy, RisesTowardOneAsTheCurveBecomesLinear) {
+  double previous = -1;
+  for (double fixed : {100.0, 30.0, 10.0, 3.0, 1.0, 0.1, 0.0}) {
+    const double theta = adaptive_theta(affine(fixed, 1), 1, 1, 1.0);
+    EXPECT_GT(theta, previous) << fixed;
+    EXPECT_LE(theta, 1.0 + 1e-12);
+    previous = theta;
+  }
+  EXPECT_NEAR(previous, 1.0, 1e-12);
+}
+
+TEST(ThetaPolicy, InterpolatesAcrossBatchAndExtrapolatesInK) {
+  CostModel m;
+  m.batches = {1, 9};
+  m.tokens = {1, 3};
+  m.ms = {10, 12,   // batch 1: slope 1 per token
+          20, 40};  // batch 9: slope 10 per token
+  EXPECT_NEAR(m.cost_ms(1, 2), 11, 1e-12);
+  EXPECT_NEAR(m.cost_ms(1, 5), 14, 1e-12);   // beyond the table: the last slope
+  EXPECT_NEAR(m.cost_ms(5, 1), 15, 1e-12);   // halfway between the batches
+  EXPECT_NEAR(m.cost_ms(50, 2), 30, 1e-12);  // past the last batch: clamped to it
+  EXPECT_LT(adaptive_theta(m, 1, 2, 1.5), adaptive_theta(m, 9, 2, 1.5));
+}
+
+TEST(ThetaPolicy, RejectsBadTables) {
+  CostModel m = affine(1, 1);
+  m.ms.pop_back();
+  EXPECT_THROW(m.validate(), Error);
+  m = affine(1, 1);
+  m.tokens = {1, 1, 2, 3, 4};
+  EXPECT_THROW(m.validate(), Error);
+  m = affine(-5, 1);
+  EXPECT_THROW(m.validate(), Error);
+  EXPECT_THROW(adaptive_theta(affine(1, 1), 1, 0, 1.0), Error);
+}
+
+}  // namespace
+}  // namespace ts::spec
