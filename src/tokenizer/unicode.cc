@@ -98,7 +98,8 @@ size_t utf8_incomplete_tail(std::string_view bytes) {
     size_t i = n - back;
     if ((s[i] & 0xC0) == 0x80) continue;
     // A valid prefix shorter than its sequence means the sequence is still incomplete.
-    size_t need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : s[i] >= 0xC0 ? 2 : 1;
+    if (s[i] < 0xC2 || s[i] > 0xF4) return 0;  // not a lead byte: nothing to wait for
+    size_t need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;
     if (need > back && maximal_subpart(s, n, i) == back) return back;
     return 0;
   }
