@@ -1,0 +1,112 @@
+#include "model/layer.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace ts {
+
+std::vector<float> load_vector(const io::Checkpoint& ckpt, const std::string& name, int64_t n) {
+  return io::to_f32(ckpt.weight(name, {n}));
+}
+
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, DType compute) {
+  TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
+  int64_t total_rows = 0;
+  for (auto r : rows) total_rows += r;
+  if (names.size() == 1) {
+    const io::TensorRef& t = ckpt.weight(names[0], {rows[0], in});
+    return kernels::Linear(t.data, t.dtype, int(rows[0]), int(in), compute);
+  }
+  // Stack the parts. Same dtype everywhere: copy raw bytes (keeps bf16 compact); else go through f32.
+  std::vector<const io::TensorRef*> parts;
+  bool same_dtype = true;
+  for (size_t i = 0; i < names.size(); ++i) {
+    parts.push_back(&ckpt.weight(names[i], {rows[i], in}));
+    same_dtype = same_dtype && parts.back()->dtype == parts[0]->dtype;
+  }
+  if (same_dtype) {
+    std::vector<uint8_t> stacked;  // [total_rows, in] of the parts' dtype
+    for (auto* p : parts) stacked.insert(stacked.end(), p->data, p->data + p->nbytes);
+    return kernels::Linear(stacked.data(), parts[0]->dtype, int(total_rows), int(in), compute);
+  }
+  std::vector<float> stacked;  // [total_rows, in]
+  for (auto* p : parts) {
+    auto f = io::to_f32(*p);
+    stacked.insert(stacked.end(), f.begin(), f.end());
+  }
+  return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), compute);
+}
+
+LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
+                        DType compute) {
+  LayerWeights w;
+  const int64_t H = shape.hidden, Q = shape.q_dim(), KV = shape.kv_dim(), I = shape.intermediate;
+  w.input_norm = load_vector(ckpt, prefix + "input_layernorm.weight", H);
+  w.post_norm = load_vector(ckpt, prefix + "post_attention_layernorm.weight", H);
+  const std::string a = prefix + "self_attn.";
+  w.qkv = load_linear(ckpt, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {Q, KV, KV}, H, compute);
+  if (shape.qkv_bias) {
+    for (auto [name, n] : {std::pair{"q_proj.bias", Q}, {"k_proj.bias", KV}, {"v_proj.bias", KV}}) {
+      auto b = load_vector(ckpt, a + name, n);
+      w.qkv_bias.insert(w.qkv_bias.end(), b.begin(), b.end());
+    }
+  }
+  if (shape.qk_norm) {
+    w.q_norm = load_vector(ckpt, a + "q_norm.weight", shape.head_dim);
+    w.k_norm = load_vector(ckpt, a + "k_norm.weight", shape.head_dim);
+  }
+  w.o = load_linear(ckpt, {a + "o_proj.weight"}, {H}, Q, compute);
+  const std::string m = prefix + "mlp.";
+  w.gate_up = load_linear(ckpt, {m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H, compute);
+  w.down = load_linear(ckpt, {m + "down_proj.weight"}, {H}, I, compute);
+  return w;
+}
+
+void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
+                 LayerScratch& s, float* q_out, float* k_rows, float* v_rows) {
+  const int Q = shape.q_dim(), KV = shape.kv_dim(), W = Q + 2 * KV;
+  s.qkv.resize(size_t(n) * W);
+  w.qkv.forward(h, n, s.qkv.data());
+  for (int r = 0; r < n; ++r) {
+    float* row = &s.qkv[size_t(r) * W];  // [q | k | v]
+    if (!w.qkv_bias.empty())
+      for (int i = 0; i < W; ++i) row[i] += w.qkv_bias[i];
+    std::memcpy(q_out + size_t(r) * Q, row, sizeof(float) * Q);
+    std::memcpy(k_rows + size_t(r) * KV, row + Q, sizeof(float) * KV);
+    std::memcpy(v_rows + size_t(r) * KV, row + Q + KV, sizeof(float) * KV);
+  }
+  if (shape.qk_norm) {
+    kernels::rmsnorm(q_out, w.q_norm.data(), q_out, n * shape.heads, shape.head_dim, shape.eps);
+    kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
+  }
+  kernels::rope(q_out, positions, n, shape.heads, shape.head_dim, shape.rope_theta);
+  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_theta);
+}
+
+void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const float* attn, float* x, int n,
+                       LayerScratch& s) {
+  s.proj.resize(size_t(n) * shape.hidden);
+  w.o.forward(attn, n, s.proj.data());
+  kernels::add(x, s.proj.data(), int64_t(n) * shape.hidden);
+}
+
+void mlp_residual(const LayerWeights& w, const LayerShape& shape, float* x, int n, LayerScratch& s) {
+  const int H = shape.hidden, I = shape.intermediate;
+  s.h.resize(size_t(n) * H);
+  kernels::rmsnorm(x, w.post_norm.data(), s.h.data(), n, H, shape.eps);
+  s.gate_up.resize(size_t(n) * 2 * I);
+  w.gate_up.forward(s.h.data(), n, s.gate_up.data());
+  s.act.resize(size_t(n) * I);
+  for (int r = 0; r < n; ++r) {
+    const float* gu = &s.gate_up[size_t(r) * 2 * I];  // [gate | up]
+    kernels::swiglu(gu, gu + I, &s.act[size_t(r) * I], I);
+  }
+  s.proj.resize(size_t(n) * H);
+  w.down.forward(s.act.data(), n, s.proj.data());
+  kernels::add(x, s.proj.data(), int64_t(n) * H);
+}
+
+}  // namespace ts

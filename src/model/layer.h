@@ -1,0 +1,75 @@
+// One pre-norm transformer layer of the Qwen3 / Qwen2 / Llama shape, shared by the target and the drafter:
+//   x += o_proj(attention(rope(qk_norm(qkv_proj(input_norm(x))))))
+//   x += down_proj(silu(gate_proj(h)) * up_proj(h)),  h = post_attention_norm(x)
+// q/k/v and gate/up are fused into one packed product each: fewer calls matter for small models.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "kernels/linear.h"
+#include "model/kv_cache.h"
+
+namespace ts {
+
+struct LayerShape {
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int intermediate = 0;
+  float eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  bool qk_norm = false;
+  bool qkv_bias = false;
+  int q_dim() const { return heads * head_dim; }
+  int kv_dim() const { return kv_heads * head_dim; }
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;      // [hidden]
+  std::vector<float> post_norm;       // [hidden]
+  kernels::Linear qkv;                // [q_dim + 2 kv_dim, hidden]
+  std::vector<float> qkv_bias;        // [q_dim + 2 kv_dim], empty without bias
+  std::vector<float> q_norm, k_norm;  // [head_dim], empty without q/k norm
+  kernels::Linear o;                  // [hidden, q_dim]
+  kernels::Linear gate_up;            // [2 intermediate, hidden]
+  kernels::Linear down;               // [hidden, intermediate]
+};
+
+// Loads "<prefix>self_attn.q_proj.weight" etc. compute: BF16 or F32 (see kernels::Linear).
+LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape, DType compute);
+
+// A float vector tensor of exactly `n` elements, as f32.
+std::vector<float> load_vector(const io::Checkpoint& ckpt, const std::string& name, int64_t n);
+// A linear layer from one or more [rows_i, in] tensors stacked along the output dimension.
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, DType compute);
+
+// Scratch buffers reused across layers and calls (resized on demand).
+struct LayerScratch {
+  std::vector<float> h;        // [n, hidden]
+  std::vector<float> qkv;      // [n, q_dim + 2 kv_dim]
+  std::vector<float> q;        // [n, q_dim]
+  std::vector<float> attn;     // [n, q_dim]
+  std::vector<float> proj;     // [n, hidden]
+  std::vector<float> gate_up;  // [n, 2 intermediate]
+  std::vector<float> act;      // [n, intermediate]
+  std::vector<float> mask;     // unused placeholder for alignment of future kernels
+};
+
+// Projects h: [n, hidden] (already normed) to q: [n, q_dim] and k, v: [n, kv_dim] each, with bias, q/k norm and
+// RoPE at `positions` [n] applied. k and v are written to rows [k_row0, k_row0 + n) of the given layer buffers.
+void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
+                 LayerScratch& s, float* q_out, float* k_rows, float* v_rows);
+
+// x: [n, hidden] += MLP(post_norm(x)).
+void mlp_residual(const LayerWeights& w, const LayerShape& shape, float* x, int n, LayerScratch& s);
+
+// x: [n, hidden] += o_proj(attn): attn [n, q_dim].
+void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const float* attn, float* x, int n,
+                       LayerScratch& s);
+
+}  // namespace ts

@@ -1,0 +1,24 @@
+// Random-weight checkpoints in Hugging Face layout, for tests, benchmarks and the no-download demo.
+// Weights are scaled so activations stay O(1) through the layers and logits are neither flat nor one-hot.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace ts {
+
+// Writes dir/config.json and dir/model.safetensors (creating dir). dtype: F32, F16 or BF16.
+void write_random_model(const std::string& dir, const ModelConfig& config, DType dtype, uint64_t seed);
+// Writes a DSpark-layout drafter folder for a target of hidden size config.target_hidden_size.
+void write_random_drafter(const std::string& dir, const DrafterConfig& config, DType dtype, uint64_t seed);
+
+std::string model_config_json(const ModelConfig& config, DType dtype);
+std::string drafter_config_json(const DrafterConfig& config);
+
+// A tiny Qwen3 config for tests: vocab, hidden, layers as given; 4 q heads, 2 kv heads, head_dim 16.
+ModelConfig tiny_qwen3_config(int vocab, int hidden, int layers);
+
+}  // namespace ts

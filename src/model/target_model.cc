@@ -1,0 +1,156 @@
+#include "model/target_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace ts {
+
+std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const LoadOptions& options) {
+  std::unique_ptr<TargetModel> m(new TargetModel());
+  m->dir_ = dir;
+  m->config_ = load_model_config(dir);
+  const ModelConfig& c = m->config_;
+  m->ckpt_ = std::make_unique<io::Checkpoint>(dir);
+  const io::Checkpoint& ckpt = *m->ckpt_;
+
+  m->shape_ = LayerShape{c.hidden_size, c.num_heads,   c.num_kv_heads, c.head_dim, c.intermediate_size,
+                         c.rms_norm_eps, c.rope_theta, c.qk_norm,      c.qkv_bias};
+  m->embed_table_ = &ckpt.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
+
+  for (int l = 0; l < c.num_layers; ++l)
+    m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, compute));
+  m->final_norm_ = load_vector(ckpt, "model.norm.weight", c.hidden_size);
+  if (c.tie_word_embeddings) {
+    m->lm_head_ = load_linear(ckpt, {"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, compute);
+  } else {
+    TS_CHECK(ckpt.has("lm_head.weight"), "missing tensor 'lm_head.weight' in ", dir,
+             " (config.json says tie_word_embeddings=false)");
+    m->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {c.vocab_size}, c.hidden_size, compute);
+  }
+  return m;
+}
+
+KVCache TargetModel::new_cache(int max_tokens) const {
+  return KVCache(config_.num_layers, shape_.kv_dim(), std::min(max_tokens, config_.max_position_embeddings));
+}
+
+size_t TargetModel::weight_bytes() const {
+  size_t bytes = lm_head_.weight_bytes();
+  for (const auto& l : layers_)
+    bytes += l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() + l.down.weight_bytes();
+  return bytes;
+}
+
+void TargetModel::embed(const int32_t* tokens, int n, float* x) const {
+  const int H = config_.hidden_size;
+  const size_t row_bytes = size_t(H) * dtype_size(embed_table_->dtype);
+  for (int r = 0; r < n; ++r) {
+    const int32_t t = tokens[r];
+    TS_CHECK(t >= 0 && t < config_.vocab_size, "token id ", t, " out of range [0, ", config_.vocab_size, ")");
+    const uint8_t* row = embed_table_->data + size_t(t) * row_bytes;
+    float* out = x + size_t(r) * H;
+    switch (embed_table_->dtype) {
+      case DType::F32: std::memcpy(out, row, row_bytes); break;
+      case DType::BF16:
+        for (int i = 0; i < H; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+        break;
+      case DType::F16:
+        for (int i = 0; i < H; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+        break;
+      default: TS_FAIL("unsupported embedding dtype");
+    }
+  }
+}
+
+void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
+                      const uint8_t* pending_visible, int pending_stride, std::vector<uint8_t>& mask, float* out) {
+  const int committed = cache.length(), pending = cache.pending(), total = committed + pending;
+  mask.assign(size_t(n_rows) * total, 0);
+  for (int i = 0; i < n_rows; ++i) {
+    uint8_t* row = &mask[size_t(i) * total];
+    std::memset(row, 1, committed);
+    for (int j = 0; j < pending; ++j)
+      row[committed + j] = pending_visible ? pending_visible[size_t(i) * pending_stride + j] : uint8_t(j <= i);
+  }
+  kernels::attention(q, cache.keys(layer), cache.values(layer), mask.data(), out, n_rows, total, shape.heads,
+                     shape.kv_heads, shape.head_dim, 1.0f / std::sqrt(float(shape.head_dim)));
+}
+
+void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>& caches, ForwardResult* result) {
+  const int n = int(batch.tokens.size());
+  const int H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
+  TS_CHECK(n > 0, "empty forward batch");
+  TS_CHECK(int(batch.positions.size()) == n, "positions: expected ", n, " got ", batch.positions.size());
+  TS_CHECK(batch.seq.empty() || int(batch.seq.size()) == n, "seq: expected ", n, " got ", batch.seq.size());
+  TS_CHECK(batch.visible.empty() || batch.visible.size() == size_t(n) * n, "visible: expected ", n, "x", n);
+  for (int32_t p : batch.positions)
+    TS_CHECK(p >= 0 && p < config_.max_position_embeddings, "position ", p, " outside [0, ",
+             config_.max_position_embeddings, ")");
+  for (int32_t l : batch.hidden_layers)
+    TS_CHECK(l >= 0 && l < config_.num_layers, "hidden layer ", l, " out of range");
+  for (int32_t r : batch.logit_rows) TS_CHECK(r >= 0 && r < n, "logit row ", r, " out of range");
+
+  // Split rows into per-sequence runs [begin, end).
+  struct Run {
+    int seq, begin, end;
+  };
+  std::vector<Run> runs;
+  for (int r = 0; r < n; ++r) {
+    int s = batch.seq.empty() ? 0 : batch.seq[r];
+    TS_CHECK(s >= 0 && s < int(caches.size()) && caches[s], "row ", r, ": no cache for sequence ", s);
+    if (runs.empty() || runs.back().seq != s) {
+      for (const auto& run : runs) TS_CHECK(run.seq != s, "rows of sequence ", s, " must be contiguous");
+      runs.push_back({s, r, r + 1});
+    } else {
+      runs.back().end = r + 1;
+    }
+  }
+  for (const auto& run : runs) caches[run.seq]->begin_append(run.end - run.begin);
+
+  x_.resize(size_t(n) * H);
+  q_.resize(size_t(n) * Q);
+  attn_.resize(size_t(n) * Q);
+  embed(batch.tokens.data(), n, x_.data());
+  result->hidden.assign(batch.hidden_layers.size() * size_t(n) * H, 0.0f);
+
+  // The K/V of a run's rows go straight into its cache's pending rows; project_qkv writes them per run.
+  std::vector<float> k_tmp(size_t(n) * KV), v_tmp(size_t(n) * KV);  // [n, kv_dim]
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    scratch_.h.resize(size_t(n) * H);
+    kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), n, H, shape_.eps);
+    project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), k_tmp.data(),
+                v_tmp.data());
+    for (const auto& run : runs) {
+      KVCache& cache = *caches[run.seq];
+      const int rows = run.end - run.begin;
+      const size_t at = size_t(cache.length()) * KV;
+      std::memcpy(cache.keys(l) + at, &k_tmp[size_t(run.begin) * KV], sizeof(float) * rows * KV);
+      std::memcpy(cache.values(l) + at, &v_tmp[size_t(run.begin) * KV], sizeof(float) * rows * KV);
+      const uint8_t* vis = batch.visible.empty() ? nullptr : &batch.visible[size_t(run.begin) * n + run.begin];
+      cached_attention(shape_, cache, l, &q_[size_t(run.begin) * Q], rows, vis, n, mask_,
+                       &attn_[size_t(run.begin) * Q]);
+    }
+    attn_out_residual(w, shape_, attn_.data(), x_.data(), n, scratch_);
+    mlp_residual(w, shape_, x_.data(), n, scratch_);
+    for (size_t i = 0; i < batch.hidden_layers.size(); ++i)
+      if (batch.hidden_layers[i] == l)
+        std::memcpy(&result->hidden[i * size_t(n) * H], x_.data(), sizeof(float) * n * H);
+  }
+
+  const int n_logits = int(batch.logit_rows.size());
+  result->logits.resize(size_t(n_logits) * config_.vocab_size);
+  if (n_logits == 0) return;
+  normed_.resize(size_t(n_logits) * H);
+  for (int i = 0; i < n_logits; ++i)
+    kernels::rmsnorm(&x_[size_t(batch.logit_rows[i]) * H], final_norm_.data(), &normed_[size_t(i) * H], 1, H,
+                     shape_.eps);
+  lm_head_.forward(normed_.data(), n_logits, result->logits.data());
+}
+
+}  // namespace ts

@@ -1,0 +1,83 @@
+// The target decoder LM (Qwen3 / Qwen2 / Llama) on the CPU.
+//
+// Model files expose "logits and the hidden states of layers {...}" for a flattened batch and nothing
+// method-specific: draft trees reach the model only as a visibility mask.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "kernels/linear.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/layer.h"
+
+namespace ts {
+
+// One forward's input: rows from one or several sequences. Rows of one sequence must be contiguous.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [n]
+  std::vector<int32_t> positions;  // [n] RoPE positions
+  std::vector<int32_t> seq;        // [n] index into the caches passed to forward(); empty = all sequence 0
+  // [n, n]: visible[i * n + j] = 1 iff row i attends to row j (same sequence only). Empty = causal within each
+  // sequence. Every row also sees its sequence's committed cache rows.
+  std::vector<uint8_t> visible;
+  std::vector<int32_t> logit_rows;     // rows whose logits are wanted
+  std::vector<int32_t> hidden_layers;  // layers whose outputs (residual stream after the layer) are wanted
+};
+
+struct ForwardResult {
+  std::vector<float> logits;  // [logit_rows, vocab]
+  std::vector<float> hidden;  // [hidden_layers, n, hidden_size]
+};
+
+struct LoadOptions {
+  // Compute type of the matrix products: F32 or BF16. Default: BF16 for bf16 checkpoints, F32 otherwise.
+  bool force_f32 = false;
+};
+
+class TargetModel {
+ public:
+  static std::unique_ptr<TargetModel> load(const std::string& dir, const LoadOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  // A fresh cache for one sequence of at most max_tokens tokens (capped by max_position_embeddings).
+  KVCache new_cache(int max_tokens) const;
+
+  // Appends each row's K/V to its sequence's cache as pending rows (the caller then commits the rows to keep).
+  void forward(const ForwardBatch& batch, const std::vector<KVCache*>& caches, ForwardResult* result);
+
+  size_t weight_bytes() const;  // bytes of packed weights read by one forward (embedding rows excluded)
+
+ private:
+  TargetModel() = default;
+  void embed(const int32_t* tokens, int n, float* x) const;
+
+  std::string dir_;
+  ModelConfig config_;
+  LayerShape shape_;
+  std::unique_ptr<io::Checkpoint> ckpt_;  // mapped; the embedding table is read from it in place
+  const io::TensorRef* embed_table_ = nullptr;  // [vocab, hidden]
+  std::vector<LayerWeights> layers_;
+  std::vector<float> final_norm_;  // [hidden]
+  kernels::Linear lm_head_;        // [vocab, hidden]
+
+  // Scratch, reused between calls.
+  LayerScratch scratch_;
+  std::vector<float> x_;       // [n, hidden] residual stream
+  std::vector<float> q_;       // [n, q_dim]
+  std::vector<float> attn_;    // [n, q_dim]
+  std::vector<uint8_t> mask_;  // [rows of one sequence, cache rows]
+  std::vector<float> normed_;  // [logit rows, hidden]
+};
+
+// Attention of one sequence's batch rows against its cache (committed rows all visible, pending rows per the
+// batch's visibility). q: [n_rows, q_dim] -> out: [n_rows, q_dim]. Shared by the target and the drafter.
+void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
+                      const uint8_t* pending_visible /*[n_rows, pending] or null = causal*/, int pending_stride,
+                      std::vector<uint8_t>& mask_scratch, float* out);
+
+}  // namespace ts
