@@ -1,7 +1,113 @@
-// Placeholder until this subcommand lands; it says so instead of pretending to work.
+// treespark generate: plain or speculative generation, streamed as it goes, statistics at the end.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "core/error.h"
+#include "decode_flags.h"
+#include "engine/model_bundle.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ts::cli {
-int cmd_generate(int, char**) { TS_FAIL("'generate' is not implemented yet"); }
+
+namespace {
+
+nlohmann::json stats_json(const GenerationResult& r) {
+  const GenerationStats& s = r.stats;
+  nlohmann::json j;
+  j["rounds"] = s.rounds;
+  j["target_forwards"] = s.target_forwards;
+  j["generated_tokens"] = s.generated_tokens;
+  j["accepted_draft_tokens"] = s.accepted_draft_tokens;
+  j["tokens_per_round"] = s.tokens_per_round();
+  j["mean_tree_size"] = s.mean_tree_size();
+  j["prefill_ms"] = s.prefill_ms;
+  j["draft_ms"] = s.draft_ms;
+  j["expand_ms"] = s.expand_ms;
+  j["verify_ms"] = s.verify_ms;
+  j["total_ms"] = s.total_ms;
+  const double decode_ms = s.total_ms - s.prefill_ms;
+  j["tokens_per_second"] = decode_ms > 0 ? 1000.0 * s.generated_tokens / decode_ms : 0.0;
+  j["finish_reason"] = r.finish_reason;
+  return j;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  CLI::App app{"Generate tokens with the target alone (--mode none) or with speculative decoding."};
+  std::string model_dir, drafter_dir, prompt_ids, prompt;
+  bool chat = false, no_thinking = false, json = false;
+  int n = 1;
+  DecodeFlags flags;
+  app.add_option("--model", model_dir, "target model folder (Hugging Face layout)")->required();
+  app.add_option("--drafter", drafter_dir, "DSpark drafter folder (needed for chain/tree modes)");
+  app.add_option("--prompt-ids", prompt_ids, "prompt as token ids: 1,2,3");
+  app.add_option("--prompt", prompt, "prompt text (needs tokenizer.json in the model folder)");
+  app.add_flag("--chat", chat, "wrap --prompt as a user message in the model's chat template");
+  app.add_flag("--no-thinking", no_thinking, "chat template with enable_thinking=false");
+  app.add_option("--n", n, "independent completions (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "one JSON object per completion, one per line");
+  flags.add_sampling(app);
+  flags.add_spec(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  if (drafter_dir.empty() && flags.mode != "none") {
+    if (!app.count("--mode")) {
+      flags.mode = "none";  // no drafter given: plain decoding
+    } else {
+      TS_FAIL("--mode ", flags.mode, " needs --drafter");
+    }
+  }
+  GenerateOptions opt = flags.options(bundle.drafter ? bundle.drafter->block_size() : 1);
+  opt.stop_ids = bundle.stop_ids();
+  std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
+  Generator generator(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(flags.temperature));
+
+  for (int i = 0; i < n; ++i) {
+    opt.sampling.seed = flags.seed + uint64_t(i);
+    std::unique_ptr<tok::StreamDecoder> stream;
+    if (!json && bundle.tokenizer) stream = std::make_unique<tok::StreamDecoder>(*bundle.tokenizer);
+    auto on_token = [&](int32_t id) {
+      if (json) return;
+      if (stream) {
+        std::string piece = stream->push(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+      } else {
+        std::printf("%d ", id);
+      }
+      std::fflush(stdout);
+    };
+    GenerationResult r = generator.generate(ids, opt, on_token);
+    if (json) {
+      nlohmann::json j = stats_json(r);
+      j["ids"] = r.ids;
+      j["prompt_tokens"] = ids.size();
+      j["mode"] = flags.mode;
+      if (bundle.tokenizer) j["text"] = bundle.decode(r.ids);
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      if (stream) {
+        std::string rest = stream->flush();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+      }
+      const GenerationStats& s = r.stats;
+      const double decode_ms = s.total_ms - s.prefill_ms;
+      std::fprintf(stdout, "\n");
+      std::fprintf(stderr,
+                   "[%s] %d tokens in %.1f ms (%.1f tok/s after a %.1f ms prefill of %zu tokens); %d rounds, %.2f "
+                   "tokens/round, mean tree %.1f nodes, %d accepted draft tokens\n",
+                   flags.mode.c_str(), s.generated_tokens, s.total_ms,
+                   decode_ms > 0 ? 1000.0 * s.generated_tokens / decode_ms : 0.0, s.prefill_ms, ids.size(),
+                   s.rounds, s.tokens_per_round(), s.mean_tree_size(), s.accepted_draft_tokens);
+    }
+  }
+  return 0;
+}
+
 }  // namespace ts::cli

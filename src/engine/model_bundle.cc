@@ -1,0 +1,49 @@
+#include "engine/model_bundle.h"
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+
+namespace ts {
+
+ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir) {
+  ModelBundle b;
+  b.model_dir = model_dir;
+  b.drafter_dir = drafter_dir;
+  b.target = TargetModel::load(model_dir);
+  if (!drafter_dir.empty()) {
+    b.drafter = Drafter::load(drafter_dir);
+    b.calibration = spec::read_calibration_table(drafter_dir + "/" + spec::kCalibrationFileName);
+  }
+  if (file_exists(model_dir + "/tokenizer.json")) {
+    b.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(model_dir + "/tokenizer.json"));
+    if (file_exists(model_dir + "/tokenizer_config.json"))
+      b.chat_template = std::make_unique<tok::ChatTemplate>(tok::ChatTemplate::from_model_dir(model_dir));
+  }
+  return b;
+}
+
+std::vector<int32_t> ModelBundle::stop_ids() const {
+  if (chat_template && tokenizer) return chat_template->stop_ids(*tokenizer);
+  return target->config().eos_token_ids;
+}
+
+std::vector<int32_t> ModelBundle::prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,
+                                             bool enable_thinking) const {
+  TS_CHECK(ids.empty() != text.empty(), "give exactly one of --prompt-ids and --prompt");
+  if (!ids.empty()) {
+    TS_CHECK(!chat, "--chat needs a text prompt (--prompt)");
+    return ids;
+  }
+  TS_CHECK(tokenizer, "--prompt needs a tokenizer.json in ", model_dir, " (or use --prompt-ids)");
+  if (chat) {
+    TS_CHECK(chat_template, "--chat needs a tokenizer_config.json with a chat template in ", model_dir);
+    return chat_template->encode_chat(*tokenizer, {{"user", text}}, /*add_generation_prompt=*/true, enable_thinking);
+  }
+  return tokenizer->encode(text);
+}
+
+std::string ModelBundle::decode(const std::vector<int32_t>& ids) const {
+  return tokenizer ? tokenizer->decode(ids) : std::string();
+}
+
+}  // namespace ts

@@ -1,0 +1,36 @@
+// What a command needs to run a model pair: the target, optionally the drafter, the tokenizer and chat template
+// when the target folder has them, and the drafter's calibration table.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/drafter.h"
+#include "model/target_model.h"
+#include "spec/calibration_file.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ts {
+
+struct ModelBundle {
+  std::string model_dir, drafter_dir;
+  std::unique_ptr<TargetModel> target;
+  std::unique_ptr<Drafter> drafter;                 // null without --drafter
+  std::unique_ptr<tok::Tokenizer> tokenizer;        // null when the folder has no tokenizer.json
+  std::unique_ptr<tok::ChatTemplate> chat_template; // null when there is no usable tokenizer_config.json
+  spec::CalibrationTable calibration;               // empty without a treespark_calibration.json
+
+  static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir);
+
+  // Token ids that end generation: the chat template's stop ids, else config.json's eos ids.
+  std::vector<int32_t> stop_ids() const;
+  // Prompt ids from exactly one of: ids, plain text, or a user chat message.
+  std::vector<int32_t> prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,
+                                  bool enable_thinking) const;
+  std::string decode(const std::vector<int32_t>& ids) const;  // "" without a tokenizer
+};
+
+}  // namespace ts

@@ -1,0 +1,224 @@
+// End-to-end properties of speculative generation on random tiny model pairs:
+//  - greedy: every mode, priority, theta and cap gives exactly the tokens of target-only greedy decoding;
+//  - sampling: the distribution of 3-token continuations matches the target's exact distribution (total
+//    variation within a bound derived from the sample size);
+//  - bookkeeping: statistics add up, stop tokens and max-token limits end generation.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "model/random_checkpoint.h"
+#include "sampling/distribution.h"
+
+namespace ts {
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  std::string tmpl = std::string(TS_BINARY_DIR) + "/tmp_" + name + "_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back(0);
+  return mkdtemp(buf.data());
+}
+
+struct Pair {
+  std::unique_ptr<TargetModel> target;
+  std::unique_ptr<Drafter> drafter;
+};
+
+Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype, uint64_t seed) {
+  const std::string dir = temp_dir("pair");
+  ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
+  write_random_model(dir + "/target", c, dtype, seed);
+  DrafterConfig d;
+  d.block_size = block;
+  d.markov_rank = 4;
+  d.target_layer_ids = {0, layers - 1};
+  d.mask_token_id = vocab - 1;
+  d.num_layers = 1;
+  d.hidden_size = hidden;
+  d.target_hidden_size = hidden;
+  d.head_dim = 16;
+  d.num_heads = 4;
+  d.num_kv_heads = 2;
+  d.intermediate_size = hidden * 2;
+  d.vocab_size = vocab;
+  write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
+  return Pair{TargetModel::load(dir + "/target"), Drafter::load(dir + "/drafter")};
+}
+
+struct Arm {
+  DecodeMode mode;
+  spec::TreeMode priority;
+  double theta;
+  int node_cap, branch_cap, draft_len;
+};
+
+class GreedyEquality : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
+  const std::vector<Arm> arms = {
+      {DecodeMode::Chain, spec::TreeMode::Chain, 0, 4, 1, 3},     {DecodeMode::Chain, spec::TreeMode::Chain, 0, 6, 1, 6},
+      {DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 12, 3, 0},    {DecodeMode::Tree, spec::TreeMode::Tree, 0.05, 32, 4, 0},
+      {DecodeMode::Tree, spec::TreeMode::Tree, 0.9, 32, 4, 0},    {DecodeMode::Tree, spec::TreeMode::Marginal, 0, 8, 2, 0},
+      {DecodeMode::Tree, spec::TreeMode::LogQ, 0.01, 16, 4, 0},   {DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 1, 1, 0},
+  };
+  int accepted_total = 0;
+  for (uint64_t pair_seed : {11, 12}) {
+    Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, GetParam(), pair_seed);
+    Generator plain(*pair.target, nullptr);
+    Generator spec_gen(*pair.target, pair.drafter.get(), spec::Calibration{1.3, 0.4});
+    for (int p = 0; p < 4; ++p) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 3 + p * 5; ++i) prompt.push_back(int32_t((pair_seed * 7 + p * 13 + i * 5) % 19));
+      GenerateOptions base;
+      base.max_new_tokens = 40;
+      base.mode = DecodeMode::None;
+      const auto want = plain.generate(prompt, base).ids;
+      ASSERT_EQ(want.size(), 40u);
+      for (const Arm& arm : arms) {
+        GenerateOptions o = base;
+        o.mode = arm.mode;
+        o.tree.mode = arm.priority;
+        o.tree.theta = arm.theta;
+        o.tree.node_cap = arm.node_cap;
+        o.tree.branch_cap = arm.branch_cap;
+        if (arm.draft_len) o.tree.draft_len = arm.draft_len;
+        GenerationResult r = spec_gen.generate(prompt, o);
+        EXPECT_EQ(r.ids, want) << "prompt " << p << " mode " << int(arm.priority) << " theta " << arm.theta
+                               << " cap " << arm.node_cap;
+        EXPECT_EQ(r.stats.generated_tokens, 40);
+        EXPECT_LE(r.stats.accepted_draft_tokens + r.stats.rounds, 40 + 7);
+        accepted_total += r.stats.accepted_draft_tokens;
+      }
+    }
+  }
+  // With a 20-token vocabulary some drafts must be accepted, or the test would not exercise acceptance at all.
+  EXPECT_GT(accepted_total, 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, GreedyEquality, ::testing::Values(DType::F32, DType::BF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Exact distribution of the next `len` tokens after `prompt` under the target with `params`, by enumeration.
+void exact_continuations(TargetModel& m, const std::vector<int32_t>& prompt, int len, const SamplingParams& params,
+                         std::map<std::vector<int32_t>, double>* out) {
+  const int V = m.config().vocab_size;
+  std::vector<std::pair<std::vector<int32_t>, double>> frontier = {{{}, 1.0}};
+  for (int step = 0; step < len; ++step) {
+    std::vector<std::pair<std::vector<int32_t>, double>> next;
+    for (auto& [suffix, mass] : frontier) {
+      std::vector<int32_t> seq = prompt;
+      seq.insert(seq.end(), suffix.begin(), suffix.end());
+      KVCache cache = m.new_cache(64);
+      ForwardBatch b;
+      b.tokens = seq;
+      for (int i = 0; i < int(seq.size()); ++i) b.positions.push_back(i);
+      b.logit_rows = {int(seq.size()) - 1};
+      ForwardResult r;
+      m.forward(b, {&cache}, &r);
+      std::vector<double> p;
+      processed_distribution(r.logits.data(), V, params, &p);
+      for (int v = 0; v < V; ++v) {
+        if (p[v] == 0) continue;
+        auto s = suffix;
+        s.push_back(v);
+        next.push_back({s, mass * p[v]});
+      }
+    }
+    frontier.swap(next);
+  }
+  for (auto& [s, mass] : frontier) (*out)[s] += mass;
+}
+
+TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
+  // vocab 8: 512 possible continuations. N samples per arm. For a multinomial with K cells the expected L1 error
+  // is <= sum_i sqrt(p_i (1 - p_i) / N) <= sqrt(K_eff / N); TV is half of L1. We use the exact per-cell bound
+  // 0.5 * sum_i sqrt(p_i (1 - p_i) / N) from the true p, times 1.5 plus 0.01 for the fluctuation of TV itself
+  // (its standard deviation is O(1/sqrt(N)) ~ 0.007 at N = 20000). A lossy verifier (e.g. accepting every
+  // draft) moves TV by well over 0.1 on this random pair.
+  Pair pair = make_pair(/*vocab=*/8, /*hidden=*/32, /*layers=*/1, /*block=*/4, DType::F32, 77);
+  const std::vector<int32_t> prompt = {1, 5, 2};
+  const int N = 20000;
+  struct Case {
+    SamplingParams params;
+    DecodeMode mode;
+    spec::TreeMode priority;
+    int node_cap, branch_cap;
+  };
+  SamplingParams t1;
+  t1.temperature = 1.0f;
+  SamplingParams filtered;
+  filtered.temperature = 0.8f;
+  filtered.top_k = 5;
+  filtered.top_p = 0.9f;
+  const std::vector<Case> cases = {{t1, DecodeMode::Tree, spec::TreeMode::Tree, 6, 3},
+                                   {filtered, DecodeMode::Tree, spec::TreeMode::Tree, 8, 4},
+                                   {t1, DecodeMode::Chain, spec::TreeMode::Chain, 3, 1}};
+  Generator gen(*pair.target, pair.drafter.get(), spec::Calibration{});
+  for (const Case& c : cases) {
+    std::map<std::vector<int32_t>, double> exact;
+    exact_continuations(*pair.target, prompt, 3, c.params, &exact);
+    double bound = 0;
+    for (auto& [s, p] : exact) bound += 0.5 * std::sqrt(p * (1 - p) / N);
+    bound = 1.5 * bound + 0.01;
+    std::map<std::vector<int32_t>, double> counts;
+    GenerateOptions o;
+    o.max_new_tokens = 3;
+    o.mode = c.mode;
+    o.tree.mode = c.priority;
+    o.tree.theta = 0;
+    o.tree.node_cap = c.node_cap;
+    o.tree.branch_cap = c.branch_cap;
+    o.tree.draft_len = 3;
+    o.sampling = c.params;
+    long accepted = 0;
+    for (int i = 0; i < N; ++i) {
+      o.sampling.seed = 1000 + i;
+      GenerationResult r = gen.generate(prompt, o);
+      ASSERT_EQ(r.ids.size(), 3u);
+      counts[r.ids] += 1.0 / N;
+      accepted += r.stats.accepted_draft_tokens;
+    }
+    double tv = 0;
+    for (auto& [s, p] : exact) tv += 0.5 * std::fabs(p - counts[s]);
+    for (auto& [s, q] : counts)
+      if (!exact.count(s)) tv += 0.5 * q;  // mass on continuations the target can never produce
+    EXPECT_LT(tv, bound) << "temperature " << c.params.temperature << " top_k " << c.params.top_k;
+    EXPECT_GT(accepted, N / 10) << "drafts were hardly ever accepted; the test would not exercise verification";
+  }
+}
+
+TEST(Generation, StopTokenAndLimits) {
+  Pair pair = make_pair(16, 32, 1, 4, DType::F32, 5);
+  Generator gen(*pair.target, pair.drafter.get());
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.mode = DecodeMode::None;
+  auto free_run = gen.generate({1, 2, 3}, o).ids;
+  // Stop on the 5th generated token's id: generation ends right there, in every mode.
+  o.stop_ids = {free_run[4]};
+  size_t first = std::find(free_run.begin(), free_run.end(), free_run[4]) - free_run.begin();
+  for (DecodeMode mode : {DecodeMode::None, DecodeMode::Chain, DecodeMode::Tree}) {
+    o.mode = mode;
+    GenerationResult r = gen.generate({1, 2, 3}, o);
+    EXPECT_EQ(r.ids.size(), first + 1);
+    EXPECT_EQ(r.finish_reason, "stop");
+  }
+  // The context limit ends generation with "length", not an error.
+  o.stop_ids.clear();
+  o.max_context = 12;
+  o.max_new_tokens = 100;
+  GenerationResult r = gen.generate({1, 2, 3}, o);
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_LE(r.ids.size(), 9u + 1);
+  // Over-long prompts and unknown ids are errors with a message.
+  EXPECT_THROW(gen.generate(std::vector<int32_t>(20, 1), o), Error);
+  EXPECT_THROW(gen.generate({1, 99}, o), Error);
+}
+
+}  // namespace
+}  // namespace ts
