@@ -12,7 +12,9 @@
 
 namespace ts::spec {
 
-// Plain function objects, filled by the drafter (the lead's model code) once per round.
+// Plain function objects, filled by the drafter once per round. Both must be deterministic within the round:
+// verify() calls conditional_logits again for the nodes on the accepted path and needs the very values expand()
+// drew from (a different reduction order or thread split would make the verifier's q differ from the draw's).
 struct DraftSource {
   int vocab = 0;
   int block_size = 0;  // max tree depth

@@ -32,6 +32,7 @@ struct Distributions {
   std::vector<double> pair;    // [vocab, vocab]
   double total = 0;            // sum of outcome probabilities (must be 1)
   int64_t outcomes = 0;
+  double mean_nodes = 0;       // expected number of tree nodes (root excluded)
 };
 
 // Runs expand + verify under the enumerating chooser.
@@ -61,6 +62,7 @@ Distributions enumerate_round(const SyntheticTarget& target, const SyntheticDraf
       for (int y = 0; y < vocab; ++y) d.pair[x * vocab + y] += w * p_next[y];
     }
     d.total += w;
+    d.mean_nodes += w * (tree.size() - 1);
     ++d.outcomes;
   } while (chooser.next());
   return d;
@@ -121,7 +123,8 @@ SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1, float
   return p;
 }
 
-void expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
+// Returns the expected tree size, so that callers can check the case exercised real trees.
+double expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
   SyntheticTarget target;
   target.vocab = vocab;
   target.salt = seed;
@@ -133,6 +136,7 @@ void expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
   EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " seed " << seed;
   EXPECT_LT(max_abs_diff(got.pair, want.pair), 1e-9) << describe(c) << " seed " << seed;
   EXPECT_GT(got.outcomes, 1);
+  return got.mean_nodes;
 }
 
 // Temperatures with and without processors, tree shapes from a single node to 6 nodes with up to 3 siblings.
@@ -157,6 +161,23 @@ TEST(VerifyExact, EveryModeAndCalibration) {
   const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}};
   for (const TreeParams& tree : shapes) {
     for (const Calibration& cal : calibrations) expect_exact(ExactCase{target, 1.0f, tree, cal}, 6, 11);
+  }
+}
+
+// The load-adaptive threshold depends on the survivals of draws already made (never on the draw it admits):
+// still exact.
+TEST(VerifyExact, LoadAdaptiveThetaStaysExact) {
+  CostModel cost;
+  cost.batches = {1};
+  cost.tokens = {1, 2, 3, 4, 8};
+  cost.ms = {1.0, 1.05, 1.15, 1.3, 2.5};  // the threshold rises with the tree and with its expected tokens
+  for (float t : {0.5f, 1.0f}) {
+    TreeParams tree = shape(TreeMode::Tree, 3, 6, 0);
+    tree.cost_model = &cost;
+    const double nodes = expect_exact(ExactCase{sampling(t, 0, 0.95f), t, tree, Calibration{1.5, 0.5}}, 5, 13);
+    EXPECT_GT(nodes, 1.5);
+    EXPECT_LT(nodes, 5.5) << "the adaptive threshold rarely stopped a tree";
+    std::printf("load-adaptive theta, T=%.1f: %.2f nodes expected\n", t, nodes);
   }
 }
 

@@ -106,31 +106,48 @@ TEST(VerifyGreedy, SampledVerificationAtTinyTemperatureAgreesWithGreedyWalk) {
   EXPECT_GT(accepted, 100);
 }
 
-// Greedy calibration labels: every child of every node on the accepted path gets one record; exactly the accepted
-// children are labelled 1.
+// Calibration labels, greedy and sampled: every child of every node on the accepted path gets one record (in
+// sampling mode including siblings after the accepted one, never tested, labelled 0); exactly the accepted
+// children are labelled 1; children of nodes off the path get none.
 TEST(VerifyGreedy, EdgeRecordsCoverChildrenOfThePath) {
   SyntheticTarget target;
   target.vocab = 8;
   SyntheticDrafter drafter = SyntheticDrafter::random(8, 4, 2, 56);
   RandomChooser chooser(6);
-  for (int trial = 0; trial < 50; ++trial) {
-    const std::vector<int32_t> context = {trial % 8};
-    drafter.inform(target, context, 1.0f, 1.0f);
-    const DraftSource source = drafter.source();
-    TreeParams t;
-    t.branch_cap = 3;
-    t.node_cap = 9;
-    t.theta = 0;
-    const DraftTree tree = expand(source, context.back(), t, Calibration{}, chooser);
-    const std::vector<float> rows = testing::tree_target_logits(target, context, tree);
-    const VerifyResult r = verify(tree, rows.data(), SamplingParams{}, source, chooser);
-    size_t expected_records = tree.children(0).size();
-    for (int32_t node : r.accepted_nodes) expected_records += tree.children(node).size();
-    EXPECT_EQ(r.edges.size(), expected_records);
-    size_t positives = 0;
-    for (const EdgeRecord& e : r.edges) positives += e.accepted;
-    EXPECT_EQ(positives, r.accepted_nodes.size());
-    EXPECT_EQ(r.last_node, r.accepted_nodes.empty() ? 0 : r.accepted_nodes.back());
+  for (float temperature : {0.0f, 1.0f}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      const std::vector<int32_t> context = {trial % 8};
+      drafter.inform(target, context, 1.0f, 1.0f);
+      const DraftSource source = drafter.source();
+      TreeParams t;
+      t.branch_cap = 3;
+      t.node_cap = 9;
+      t.theta = 0;
+      t.temperature = temperature;
+      const DraftTree tree = expand(source, context.back(), t, Calibration{}, chooser);
+      const std::vector<float> rows = testing::tree_target_logits(target, context, tree);
+      SamplingParams sampling;
+      sampling.temperature = temperature;
+      const VerifyResult r = verify(tree, rows.data(), sampling, source, chooser);
+      std::vector<EdgeRecord> want;
+      int32_t node = 0;
+      for (size_t depth = 0; depth <= r.accepted_nodes.size(); ++depth) {
+        const int32_t next = depth < r.accepted_nodes.size() ? r.accepted_nodes[depth] : -1;
+        for (int32_t kid : tree.children(node)) {
+          want.push_back(EdgeRecord{clamped_logit(tree.draft_q[kid]), static_cast<uint8_t>(kid == next),
+                                    tree.depth[kid], tree.sibling_rank[kid]});
+        }
+        node = next;
+      }
+      ASSERT_EQ(r.edges.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(r.edges[i].logit_q, want[i].logit_q);
+        EXPECT_EQ(r.edges[i].accepted, want[i].accepted);
+        EXPECT_EQ(r.edges[i].depth, want[i].depth);
+        EXPECT_EQ(r.edges[i].sibling_rank, want[i].sibling_rank);
+      }
+      EXPECT_EQ(r.last_node, r.accepted_nodes.empty() ? 0 : r.accepted_nodes.back());
+    }
   }
 }
 
