@@ -97,8 +97,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::FILE* f = std::fopen(temp_path.c_str(), "wb");
   TS_CHECK(f, "cannot create ", temp_path, ": ", std::strerror(errno));
   bool written = std::fwrite(layout.prefix.data(), 1, layout.prefix.size(), f) == layout.prefix.size();
-  for (const TensorToWrite* t : layout.by_name)
+  for (const TensorToWrite* t : layout.by_name) {
+    if (t->bytes.empty()) continue;  // an empty vector's data() may be null, which fwrite must not get
     written = written && std::fwrite(t->bytes.data(), 1, t->bytes.size(), f) == t->bytes.size();
+  }
   const int write_errno = errno;
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed) {
