@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <queue>
 
 #include <nlohmann/json.hpp>
 
@@ -14,9 +13,7 @@ namespace ts::tok {
 void BpeModel::PairTable::init(size_t n) {
   size_t capacity = 16;
   while (capacity < n * 2) capacity <<= 1;  // load factor <= 0.5
-  keys.assign(capacity, kEmpty);
-  ranks.assign(capacity, 0);
-  merged.assign(capacity, 0);
+  slots.assign(capacity, Slot{kEmpty, 0, 0});
   mask = capacity - 1;
 }
 
@@ -30,21 +27,19 @@ inline uint64_t pair_hash(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) >
 void BpeModel::PairTable::insert(int32_t left, int32_t right, int32_t rank, int32_t merged_id) {
   uint64_t key = pair_key(left, right);
   for (uint64_t slot = pair_hash(key) & mask;; slot = (slot + 1) & mask) {
-    if (keys[slot] == key) return;  // a repeated merge keeps its first (lowest) rank
-    if (keys[slot] == kEmpty) {
-      keys[slot] = key;
-      ranks[slot] = rank;
-      merged[slot] = merged_id;
+    if (slots[slot].key == key) return;  // a repeated merge keeps its first (lowest) rank
+    if (slots[slot].key == kEmpty) {
+      slots[slot] = Slot{key, rank, merged_id};
       return;
     }
   }
 }
 
-int64_t BpeModel::PairTable::find(int32_t left, int32_t right) const {
+const BpeModel::PairTable::Slot* BpeModel::PairTable::find(int32_t left, int32_t right) const {
   uint64_t key = pair_key(left, right);
   for (uint64_t slot = pair_hash(key) & mask;; slot = (slot + 1) & mask) {
-    if (keys[slot] == key) return int64_t(slot);
-    if (keys[slot] == kEmpty) return -1;
+    if (slots[slot].key == key) return &slots[slot];
+    if (slots[slot].key == kEmpty) return nullptr;
   }
 }
 
@@ -180,34 +175,32 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  struct Candidate {  // a pair (pos, next[pos]) that a merge of `rank` would join into `merged`
+  struct Candidate {  // the pair (pos, next[pos]) = (left, right), which merges at `rank`
     int32_t rank, pos, left, right;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  thread_local std::vector<Candidate> heap_storage;
-  heap_storage.clear();
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>{},
-                                                                             std::move(heap_storage));
+  thread_local std::vector<Candidate> heap;  // min-heap on (rank, pos)
+  heap.clear();
   auto push = [&](int pos) {
     int right = next[pos];
     if (right < 0) return;
-    int64_t slot = pairs_.find(symbols[pos], symbols[right]);
-    if (slot >= 0) heap.push({pairs_.ranks[slot], pos, symbols[pos], symbols[right]});
+    if (const auto* slot = pairs_.find(symbols[pos], symbols[right])) {
+      heap.push_back({slot->rank, pos, symbols[pos], symbols[right]});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    }
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
-    Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    Candidate c = heap.back();
+    heap.pop_back();
     // Stale if either side changed since the candidate was pushed.
     int right = next[c.pos];
     if (symbols[c.pos] != c.left || right < 0 || symbols[right] != c.right) continue;
-    if (prev[c.pos] == -2) continue;  // position unlinked
-    int64_t slot = pairs_.find(c.left, c.right);
-    symbols[c.pos] = pairs_.merged[slot];
+    symbols[c.pos] = pairs_.find(c.left, c.right)->merged;
     // Unlink `right`.
     next[c.pos] = next[right];
     if (next[right] >= 0) prev[next[right]] = c.pos;
-    prev[right] = -2;
     symbols[right] = -1;
     if (prev[c.pos] >= 0) push(prev[c.pos]);
     push(c.pos);

@@ -41,15 +41,17 @@ class BpeModel {
 
  private:
   struct PairTable {  // (left id, right id) -> (rank, merged id); open addressing, linear probing
-    std::vector<uint64_t> keys;  // [capacity] left << 32 | right, or kEmpty
-    std::vector<int32_t> ranks;  // [capacity]
-    std::vector<int32_t> merged; // [capacity]
+    struct Slot {      // one 16-byte slot: a probe touches one cache line
+      uint64_t key;    // left << 32 | right, or kEmpty
+      int32_t rank;
+      int32_t merged;
+    };
+    std::vector<Slot> slots;  // [capacity]
     uint64_t mask = 0;
     static constexpr uint64_t kEmpty = ~uint64_t(0);
     void init(size_t n);
     void insert(int32_t left, int32_t right, int32_t rank, int32_t merged_id);
-    // Returns the slot of (left, right) or -1.
-    int64_t find(int32_t left, int32_t right) const;
+    const Slot* find(int32_t left, int32_t right) const;  // nullptr if the pair never merges
   };
 
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
