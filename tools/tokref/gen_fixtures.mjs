@@ -57,6 +57,24 @@ const cases = [
   ["markdown", "# Title\n\n- item **bold** and _italic_\n- `inline code`\n\n```python\nx = 1\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"],
 ];
 
+// Random strings from ranges that stress the split regex, NFC and byte fallback (a fixed LCG, so the fixtures are
+// reproducible): ASCII with white space, Latin with combining marks, CJK, Hangul jamo, emoji and skin tones,
+// zero-width and typographic spaces, Arabic, Devanagari, full-width forms.
+const random_ranges = [[0x20, 0x7e], [0x09, 0x0d], [0xc0, 0x17f], [0x300, 0x36f], [0x4e00, 0x4fff], [0x1100, 0x1112],
+  [0x1161, 0x1175], [0x11a8, 0x11c2], [0xac00, 0xac40], [0x1f300, 0x1f64f], [0x1f3fb, 0x1f3ff], [0x200b, 0x200d],
+  [0x2000, 0x200a], [0x0600, 0x06ff], [0x0900, 0x097f], [0xff01, 0xff5e], [0x85, 0x85], [0xa0, 0xa0], [0xfeff, 0xfeff]];
+let lcg = 12345;
+const next_random = () => { lcg = (Math.imul(lcg, 1103515245) + 12345) >>> 0; return lcg >>> 8; };
+const random_cases = [];
+for (let k = 0; k < 12; ++k) {
+  let s = "";
+  for (let i = 0; i < 80; ++i) {
+    const [lo, hi] = random_ranges[next_random() % random_ranges.length];
+    s += String.fromCodePoint(lo + (next_random() % (hi - lo + 1)));
+  }
+  random_cases.push([`random_${k}`, s]);
+}
+
 // ---- A tiny byte-level BPE in the Qwen3 layout (as the project's own tokenizer will be). ----
 const SPLIT_REGEX = read_json(path.join(cache, "qwen3/tokenizer.json")).pre_tokenizer.pretokenizers[0].pattern.Regex;
 
@@ -131,7 +149,7 @@ function encode_fixture(name, tokenizer_json, tokenizer_config, extra_cases) {
   const plain_json = { ...tokenizer_json, added_tokens: tokenizer_json.added_tokens.filter((t) => !t.special) };
   const plain = new Tokenizer(plain_json, { ...tokenizer_config, additional_special_tokens: [] });
   const decode = (t, ids, skip) => (ids.length === 0 ? "" : t.decode(ids, { skip_special_tokens: skip }));
-  const rows = [...cases, ...extra_cases].map(([case_name, text]) => {
+  const rows = [...cases, ...random_cases, ...extra_cases].map(([case_name, text]) => {
     const ids = tok.encode(text, { add_special_tokens: false }).ids;
     const ids_plain = plain.encode(text, { add_special_tokens: false }).ids;
     return {
