@@ -8,7 +8,7 @@
 //   sampling (temperature T > 0): the child is drawn from q_j = softmax(logits / T) without the parent's earlier
 //     children, through the Chooser. Admission never reads the value of the draw it admits
 //     (lossless-verification.md, pitfall 1); the child's own survival S_parent * p_hat(q(child)) only ranks its
-//     own future children.
+//     own future children (so a sampled node's survival may be below theta).
 // The child gets its own slot (unless at block_size) and the parent's slot is re-pushed with its next bound
 // (until branch_cap children or no remaining mass).
 //
@@ -16,10 +16,11 @@
 // p_hat = q_marg = softmax(U[d-1]) and also draws from it (as DDTree ranks on block drafters). Chain ignores
 // theta, node_cap and the cost model: branch_cap 1 and draft_len nodes (fewer only at block_size).
 //
-// Cost: a node's q is computed (one conditional_logits call + softmax) only when its slot reaches the top of the
-// heap, so the last nodes of a full tree cost nothing; each q finds its top branch_cap tokens by partial
-// selection (O(vocab)), which bounds the largest remaining q after any j < branch_cap draws; the q vector is freed
-// when its slot closes.
+// Cost: a node's q is computed (one conditional_logits call + a vectorised float softmax) only when its slot
+// reaches the top of the heap, so the last nodes of a full tree cost nothing. One pass picks its top branch_cap
+// tokens (no vocabulary sort); they bound the largest remaining q after any j < branch_cap draws. Greedy keeps only
+// that list; sampling also keeps one [vocab] buffer of remaining q per open parent (drawn tokens zeroed in place,
+// the chooser draws from it directly), recycled when the parent closes. Marginal q is computed once per depth.
 #pragma once
 
 #include <cstdint>
