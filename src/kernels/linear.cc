@@ -55,8 +55,7 @@ std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n)
 LinearBackend resolve(LinearBackend requested, DType compute) {
   if (requested != LinearBackend::Auto) return requested;
   const CpuFeatures& f = cpu_features();
-  const bool packed_ok = compute == DType::BF16 ? f.avx512_bf16 : f.avx512f;
-  return packed_ok ? LinearBackend::Packed : LinearBackend::Portable;
+  return f.avx512f && f.fma ? LinearBackend::Packed : LinearBackend::Portable;
 }
 
 }  // namespace
@@ -88,9 +87,7 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   m.compute = compute;
   m.backend = resolve(backend, compute);
   if (m.backend == LinearBackend::Packed) {
-    const CpuFeatures& f = cpu_features();
-    TS_CHECK(compute == DType::BF16 ? f.avx512_bf16 : f.avx512f, "Linear: the packed ", dtype_name(compute),
-             " kernel needs ", compute == DType::BF16 ? "AVX512_BF16" : "AVX-512F", ", which this CPU lacks");
+    TS_CHECK(cpu_features().avx512f && cpu_features().fma, "Linear: the packed kernel needs AVX-512F and FMA");
   }
   const size_t n = size_t(out_features) * in_features;
   if (compute == DType::BF16) {
@@ -128,19 +125,25 @@ void Linear::forward(const float* x, int rows, float* y) const {
     if (m.backend == LinearBackend::Packed) return cpu::gemm_f32_avx512(x, w, y, rows, m.out_features, m.in_features);
     return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
   }
-  // bf16 activations: [rows, k_padded], zero in the padding column (the packed GEMM reads k in pairs).
-  const int kp = m.backend == LinearBackend::OneDnn ? m.in_features : cpu::gemm_k_padded_bf16(m.in_features);
-  thread_local std::vector<uint16_t> x_bf16;
-  x_bf16.resize(size_t(rows) * kp);
-  for (int r = 0; r < rows; ++r) {
-    cpu::convert_f32_to_bf16(x + size_t(r) * m.in_features, x_bf16.data() + size_t(r) * kp, m.in_features);
-    if (kp != m.in_features) x_bf16[size_t(r) * kp + m.in_features] = 0;
+  if (m.backend == LinearBackend::OneDnn) {
+    thread_local std::vector<uint16_t> x_bits;  // [rows, in] bf16 bits
+    x_bits.resize(size_t(rows) * m.in_features);
+    cpu::convert_f32_to_bf16(x, x_bits.data(), int64_t(rows) * m.in_features);
+    return m.dnnl->forward(x_bits.data(), rows, y);
   }
-  if (m.backend == LinearBackend::OneDnn) return m.dnnl->forward(x_bf16.data(), rows, y);
+  // Activations rounded to bf16 values, as f32: [rows, k_padded], zero in the padding column (the packed GEMM
+  // reads k in pairs).
+  const int kp = cpu::gemm_k_padded_bf16(m.in_features);
+  thread_local std::vector<float> x_rounded;
+  x_rounded.resize(size_t(rows) * kp);
+  for (int r = 0; r < rows; ++r) {
+    cpu::round_to_bf16(x + size_t(r) * m.in_features, x_rounded.data() + size_t(r) * kp, m.in_features);
+    if (kp != m.in_features) x_rounded[size_t(r) * kp + m.in_features] = 0.0f;
+  }
   const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
   if (m.backend == LinearBackend::Packed)
-    return cpu::gemm_bf16_avx512(x_bf16.data(), w, y, rows, m.out_features, m.in_features);
-  cpu::gemm_bf16_scalar(x_bf16.data(), w, y, rows, m.out_features, m.in_features);
+    return cpu::gemm_bf16_avx512(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+  cpu::gemm_bf16_scalar(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
 }
 
 int Linear::out_features() const { return impl_->out_features; }
@@ -151,7 +154,7 @@ LinearBackend Linear::backend() const { return impl_->backend; }
 
 const char* Linear::backend_name() const {
   switch (impl_->backend) {
-    case LinearBackend::Packed: return impl_->compute == DType::BF16 ? "packed-avx512bf16" : "packed-avx512f";
+    case LinearBackend::Packed: return impl_->compute == DType::BF16 ? "packed-avx512-bf16w" : "packed-avx512-f32";
     case LinearBackend::Portable: return "portable";
     case LinearBackend::OneDnn: return impl_->dnnl->impl_name();
     case LinearBackend::Auto: break;

@@ -8,9 +8,9 @@
 
 namespace ts::kernels {
 
-// Which GEMM runs a Linear. Auto = Packed on AVX-512 CPUs (the batch-invariant column-group kernel,
-// src/kernels/cpu/gemm_packed.h), else Portable (same layout, scalar loop). OneDnn is kept for comparison
-// (bench_linear): it was batch-invariant in our tests but is not documented to be, and costs ~2.5x at 8 rows.
+// Which GEMM runs a Linear. Auto = Packed on AVX-512F CPUs (our column-group kernel, batch-invariant by
+// construction: src/kernels/cpu/gemm_packed.h), else Portable (same layout and order, scalar loop). OneDnn is
+// kept for comparison (bench_linear): it was batch-invariant in our runs, but nothing in oneDNN promises that.
 enum class LinearBackend { Auto, Packed, Portable, OneDnn };
 
 class Linear {

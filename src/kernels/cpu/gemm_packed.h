@@ -6,7 +6,7 @@
 // change how many accumulators run side by side), and threads split the output columns, never k.
 //
 // Packed layout (both dtypes): output columns in groups of kGroupCols = 4 panels x 16 lanes. For group g:
-//   bf16: [k_pairs][4 panels][16 lanes][2]  (one 64-byte zmm per panel per k pair, the vdpbf16ps operand order)
+//   bf16: [k_pairs][4 panels][16 lanes][2]  (one 64-byte zmm per panel per k pair: (k even, k odd) per column)
 //   f32:  [k][4 panels][16 lanes]
 // Groups are stored one after another; columns >= out_features and k >= in_features are zero.
 #pragma once
@@ -36,19 +36,22 @@ void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16
 // w_f32: [out, in] -> packed: packed_elems_f32(out, in).
 void pack_f32(const float* w_f32, int out_features, int in_features, float* packed);
 
-// x_bf16: [rows, k_padded] bf16 bits (zero in the padding column); y: [rows, out_features].
-void gemm_bf16_avx512(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+// x_rounded: [rows, k_padded] f32 activations already rounded to bf16 values (round_to_bf16), zero in the
+// padding column; y: [rows, out_features].
+void gemm_bf16_avx512(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features);
 void gemm_f32_avx512(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
 
 // Portable versions with the same per-element order (k ascending, one accumulator), for CPUs without AVX-512.
-// The bf16 one rounds products like vdpbf16ps would not (it adds each exact product in f32): it is consistent
-// with itself across batch shapes, which is the property that matters, not bit-equal to the AVX-512 kernel.
-void gemm_bf16_scalar(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+// Consistent with themselves across batch shapes (the property that matters); not bit-equal to the AVX-512
+// kernels, whose FMA rounds once per k where a plain multiply-add may round twice.
+void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features);
 void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
 
-// f32 -> bf16 (round to nearest even), n elements; AVX-512 when available.
+// dst[i] = src[i] rounded to bf16 (nearest even, as f32_to_bf16), kept as f32; AVX-512 when available.
+void round_to_bf16(const float* src, float* dst, int64_t n);
+// f32 -> bf16 bits (for the oneDNN backend).
 void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace ts::kernels::cpu

@@ -9,7 +9,7 @@
 
 namespace ts::kernels::cpu {
 
-void convert_f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);  // gemm_avx512.cc
+void round_to_bf16_avx512(const float* src, float* dst, int64_t n);  // gemm_avx512.cc
 
 void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed) {
   const int kp = gemm_k_padded_bf16(in_features);
@@ -43,7 +43,7 @@ void pack_f32(const float* w_f32, int out_features, int in_features, float* pack
 }
 
 // One accumulator per output, k ascending; threads split columns only (see gemm_packed.h).
-void gemm_bf16_scalar(const uint16_t* x_bf16, const uint16_t* packed, float* y, int rows, int out_features,
+void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features) {
   const int kp = gemm_k_padded_bf16(in_features);
 #pragma omp parallel for schedule(static)
@@ -51,10 +51,10 @@ void gemm_bf16_scalar(const uint16_t* x_bf16, const uint16_t* packed, float* y, 
     const uint16_t* wg = packed + size_t(o / kGroupCols) * kp * kGroupCols;
     const int c = o % kGroupCols;
     for (int r = 0; r < rows; ++r) {
-      const uint16_t* xr = x_bf16 + size_t(r) * kp;
+      const float* xr = x_rounded + size_t(r) * kp;
       float acc = 0.0f;
       for (int k = 0; k < in_features; ++k)
-        acc += bf16_to_f32(xr[k]) * bf16_to_f32(wg[size_t(k / 2) * kGroupCols * 2 + c * 2 + (k & 1)]);
+        acc += xr[k] * bf16_to_f32(wg[size_t(k / 2) * kGroupCols * 2 + c * 2 + (k & 1)]);
       y[size_t(r) * out_features + o] = acc;
     }
   }
@@ -74,8 +74,12 @@ void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, in
   }
 }
 
+void round_to_bf16(const float* src, float* dst, int64_t n) {
+  if (cpu_features().avx512f) return round_to_bf16_avx512(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
+
 void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  if (cpu_features().avx512_bf16) return convert_f32_to_bf16_avx512(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
