@@ -14,17 +14,13 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/timer.h"
+#include "engine/cost_curve.h"
 #include "model/random_checkpoint.h"
 #include "model/target_model.h"
 
 namespace ts::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Read bandwidth in GB/s: sum over a buffer much larger than the caches, best of a few passes.
 double measure_read_bandwidth_gbs(size_t bytes) {
@@ -63,7 +59,6 @@ int bench_forward(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  set_num_threads(threads);
   if (model_dir.empty()) {
     model_dir = "build/bench-models/qwen3-0.5b-random";
     if (!file_exists(model_dir + "/model.safetensors")) {
@@ -78,67 +73,35 @@ int bench_forward(int argc, char** argv) {
     }
   }
   auto model = TargetModel::load(model_dir);
+  set_num_threads(threads > 0 ? threads : default_threads_for(model->weight_bytes()));
   const ModelConfig& c = model->config();
   const double weight_gb = double(model->weight_bytes()) / 1e9;
   std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %d threads\n",
                c.num_layers, c.hidden_size, c.vocab_size, weight_gb, num_threads());
 
   const double bandwidth = measure_read_bandwidth_gbs(size_t(1) << 30);
+  CostCurveOptions opt;
+  opt.context = context;
+  opt.ks = ks;
+  opt.batches = batches;
+  opt.reps = reps;
+  const spec::CostModel cost = measure_cost_curve(*model, opt);
   nlohmann::json results = nlohmann::json::array();
-  double k1_ms_b1 = 0;
   std::printf("%-6s", "batch");
   for (int k : ks) std::printf("  k=%-7d", k);
   std::printf("   (ms per forward; ratio to k=1 below)\n");
-  for (int b : batches) {
-    std::vector<KVCache> caches;
-    std::vector<KVCache*> ptrs;
-    for (int s = 0; s < b; ++s) caches.push_back(model->new_cache(context + 128));
-    for (auto& cache : caches) ptrs.push_back(&cache);
-    // Fill each sequence's context once (chunked prefill), then time forwards whose rows are dropped after.
-    for (int s = 0; s < b; ++s) {
-      for (int start = 0; start < context; start += 128) {
-        ForwardBatch fb;
-        ForwardResult fr;
-        for (int i = start; i < std::min(context, start + 128); ++i) {
-          fb.tokens.push_back((i * 7919 + s) % c.vocab_size);
-          fb.positions.push_back(i);
-        }
-        std::vector<KVCache*> one(b, nullptr);
-        one[0] = ptrs[s];
-        model->forward(fb, one, &fr);
-        ptrs[s]->commit_all();
-      }
-    }
-    std::vector<double> row_ms;
-    for (int k : ks) {
-      ForwardBatch fb;
-      for (int s = 0; s < b; ++s)
-        for (int i = 0; i < k; ++i) {
-          fb.tokens.push_back((s * 31 + i * 17) % c.vocab_size);
-          fb.positions.push_back(context + i);
-          fb.seq.push_back(s);
-          fb.logit_rows.push_back(int(fb.tokens.size()) - 1);
-        }
-      std::vector<double> times;
-      for (int r = 0; r < reps + 1; ++r) {
-        ForwardResult fr;
-        const double t0 = now_ms();
-        model->forward(fb, ptrs, &fr);
-        const double ms = now_ms() - t0;
-        for (auto* cache : ptrs) cache->drop_pending();
-        if (r > 0) times.push_back(ms);  // the first run warms up
-      }
-      const double ms = median(times);
-      row_ms.push_back(ms);
-      results.push_back({{"batch", b}, {"k", k}, {"ms", ms}, {"ratio_to_k1", ms / row_ms[0]}});
-      if (b == 1 && k == 1) k1_ms_b1 = ms;
-    }
-    std::printf("%-6d", b);
-    for (double ms : row_ms) std::printf("  %-9.2f", ms);
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const double* row = &cost.ms[bi * ks.size()];
+    std::printf("%-6d", batches[bi]);
+    for (size_t ki = 0; ki < ks.size(); ++ki) std::printf("  %-9.2f", row[ki]);
     std::printf("\n%-6s", "");
-    for (double ms : row_ms) std::printf("  x%-8.2f", ms / row_ms[0]);
+    for (size_t ki = 0; ki < ks.size(); ++ki) {
+      std::printf("  x%-8.2f", row[ki] / row[0]);
+      results.push_back({{"batch", batches[bi]}, {"k", ks[ki]}, {"ms", row[ki]}, {"ratio_to_k1", row[ki] / row[0]}});
+    }
     std::printf("\n");
   }
+  const double k1_ms_b1 = cost.cost_ms(batches[0], 1);
   const double k1_gbs = k1_ms_b1 > 0 ? weight_gb / (k1_ms_b1 / 1e3) : 0;
   std::printf("\nk=1, batch 1: %.2f ms = %.1f GB/s of weights; measured read bandwidth %.1f GB/s -> %.0f%%\n",
               k1_ms_b1, k1_gbs, bandwidth, 100.0 * k1_gbs / bandwidth);

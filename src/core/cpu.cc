@@ -24,4 +24,9 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+int default_threads_for(size_t weight_bytes) {
+  constexpr size_t kSmallModelBytes = size_t(48) << 20;  // fits in L2+L3-ish territory; per-op overhead dominates
+  return weight_bytes < kSmallModelBytes ? 1 : omp_get_num_procs();
+}
+
 }  // namespace ts

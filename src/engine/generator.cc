@@ -64,7 +64,9 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const G
   GenerationStats& st = result.stats;
   RandomChooser chooser(opt.sampling.seed);
   std::vector<double> probs;
-  KVCache cache = target_.new_cache(max_ctx);
+  // Room for the context plus one round's pending tree rows (the tree may hold more nodes than it has depth).
+  const int max_tree_rows = std::max(opt.tree.node_cap, opt.tree.draft_len) + 2;
+  KVCache cache = target_.new_cache(max_ctx + (speculative ? max_tree_rows : 1));
   const std::vector<int32_t> taps = speculative ? drafter_->config().target_layer_ids : std::vector<int32_t>{};
   const int n_taps = int(taps.size()), H = cfg.hidden_size;
   DrafterState dstate;

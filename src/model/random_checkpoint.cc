@@ -141,8 +141,9 @@ std::string drafter_config_json(const DrafterConfig& c) {
 void write_random_model(const std::string& dir, const ModelConfig& c, DType dtype, uint64_t seed) {
   make_dirs(dir);
   Writer w(dtype, seed);
-  // Embedding rows of norm ~1 per element scale; the lm_head scale sets how peaked the logits are.
-  w.add("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, 1.0f);
+  // Embedding entries ~ N(0, 4/hidden): the normed residual stream (O(1) entries) against them gives logits of
+  // standard deviation ~2, peaked but not one-hot, also when the head is tied to the embedding.
+  w.add("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, 2.0f / std::sqrt(float(c.hidden_size)));
   for (int l = 0; l < c.num_layers; ++l)
     w.add_layer(cat("model.layers.", l, "."), c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                 c.intermediate_size, c.qk_norm, c.qkv_bias);
@@ -157,7 +158,7 @@ void write_random_drafter(const std::string& dir, const DrafterConfig& c, DType 
   Writer w(dtype, seed);
   const int H = c.hidden_size, V = c.vocab_size;
   const int fc_in = int(c.target_layer_ids.size()) * c.target_hidden_size;
-  w.add("embed_tokens.weight", {V, H}, 1.0f);
+  w.add("embed_tokens.weight", {V, H}, 2.0f / std::sqrt(float(H)));
   w.add("fc.weight", {H, fc_in}, 1.0f / std::sqrt(float(fc_in)));
   w.add("hidden_norm.weight", {H}, 0.1f, 1.0f);
   for (int l = 0; l < c.num_layers; ++l)

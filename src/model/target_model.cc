@@ -36,7 +36,7 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
 }
 
 KVCache TargetModel::new_cache(int max_tokens) const {
-  return KVCache(config_.num_layers, shape_.kv_dim(), std::min(max_tokens, config_.max_position_embeddings));
+  return KVCache(config_.num_layers, shape_.kv_dim(), max_tokens);
 }
 
 size_t TargetModel::weight_bytes() const {

@@ -44,7 +44,8 @@ class TargetModel {
   static std::unique_ptr<TargetModel> load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
-  // A fresh cache for one sequence of at most max_tokens tokens (capped by max_position_embeddings).
+  // A fresh cache for one sequence: committed plus pending rows stay <= max_tokens. Positions are limited
+  // separately by max_position_embeddings, so room for a draft tree's pending rows may go past it.
   KVCache new_cache(int max_tokens) const;
 
   // Appends each row's K/V to its sequence's cache as pending rows (the caller then commits the rows to keep).

@@ -188,7 +188,7 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
     for (auto& [s, q] : counts)
       if (!exact.count(s)) tv += 0.5 * q;  // mass on continuations the target can never produce
     EXPECT_LT(tv, bound) << "temperature " << c.params.temperature << " top_k " << c.params.top_k;
-    EXPECT_GT(accepted, N / 10) << "drafts were hardly ever accepted; the test would not exercise verification";
+    EXPECT_GT(accepted, N / 40) << "drafts were hardly ever accepted; the test would not exercise verification";
   }
 }
 

@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "decode_flags.h"
+#include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +58,7 @@ int cmd_generate(int argc, char** argv) {
   }
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  flags.apply_threads(bundle.target->weight_bytes());
   if (drafter_dir.empty() && flags.mode != "none") {
     if (!app.count("--mode")) {
       flags.mode = "none";  // no drafter given: plain decoding
@@ -66,6 +68,18 @@ int cmd_generate(int argc, char** argv) {
   }
   GenerateOptions opt = flags.options(bundle.drafter ? bundle.drafter->block_size() : 1);
   opt.stop_ids = bundle.stop_ids();
+  spec::CostModel cost;
+  if (flags.adaptive) {
+    TS_CHECK(bundle.drafter, "--adaptive-theta needs --drafter");
+    CostCurveOptions co;
+    co.context = std::min(256, bundle.target->config().max_position_embeddings - 64);
+    co.batches = {1};
+    if (flags.load_batch > 1) co.batches.push_back(flags.load_batch);
+    co.reps = 3;
+    cost = measure_cost_curve(*bundle.target, co);
+    opt.tree.cost_model = &cost;
+    opt.tree.batch = flags.load_batch;
+  }
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
   Generator generator(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(flags.temperature));
 

@@ -28,8 +28,8 @@ int cmd_perplexity(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  set_num_threads(threads);
   auto model = TargetModel::load(model_dir);
+  set_num_threads(threads > 0 ? threads : default_threads_for(model->weight_bytes()));
   const std::vector<int32_t> ids = parse_ids(read_text_file(ids_file));
   TS_CHECK(ids.size() >= 2, ids_file, ": need at least 2 token ids, found ", ids.size());
   const int V = model->config().vocab_size;

@@ -28,11 +28,17 @@ void DecodeFlags::add_spec(CLI::App& app) {
   app.add_option("--node-cap", node_cap, "max draft nodes per round")->check(CLI::PositiveNumber);
   app.add_option("--branch-cap", branch_cap, "max children per node")->check(CLI::PositiveNumber);
   app.add_option("--draft-len", draft_len, "chain length (default: block_size - 1)");
-  app.add_flag("--adaptive-theta", adaptive, "set theta from the measured cost curve (load-adaptive)");
+  app.add_flag("--adaptive-theta", adaptive,
+               "price each node with the target's cost curve L(b, k), measured at start-up (load-adaptive theta)");
+  app.add_option("--load-batch", load_batch, "batch size the adaptive theta assumes (serving load)")
+      ->check(CLI::PositiveNumber);
+}
+
+void DecodeFlags::apply_threads(size_t weight_bytes) const {
+  set_num_threads(threads > 0 ? threads : default_threads_for(weight_bytes));
 }
 
 GenerateOptions DecodeFlags::options(int block_size) const {
-  set_num_threads(threads);
   GenerateOptions o;
   o.sampling.temperature = temperature;
   o.sampling.top_k = top_k;

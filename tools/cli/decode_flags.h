@@ -20,10 +20,13 @@ struct DecodeFlags {
   double theta = -1;                 // < 0: the documented default for the mode
   int node_cap = 32, branch_cap = 4, draft_len = -1;
   bool adaptive = false;
+  int load_batch = 1;                // the serving load the adaptive theta prices nodes for
   int threads = 0;
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);
+  // Sets the thread count: --threads, else default_threads_for(the model's weight bytes).
+  void apply_threads(size_t weight_bytes) const;
   // Builds generation options; block_size bounds the chain length default.
   GenerateOptions options(int block_size) const;
 };
