@@ -12,7 +12,7 @@ namespace ts::tok {
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special) : tok_(tok), skip_special_(skip_special) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  const TokenizerImpl& impl = *tok_.impl_;
+  const TokenizerImpl& impl = tok_.impl();
   if (skip_special_ && tok_.is_special(id)) return std::string();
   const std::string& piece = tok_.piece_bytes(id);  // checks the id
   if (!first_piece_) pending_ += impl.decoder.separator();
@@ -50,7 +50,7 @@ std::string StreamDecoder::push(int32_t id) {
 }
 
 std::string StreamDecoder::flush() {
-  const TokenizerImpl& impl = *tok_.impl_;
+  const TokenizerImpl& impl = tok_.impl();
   if (started_) strip_trailing(pending_, impl.decoder.strip_content(), impl.decoder.strip_stop());
   std::string out = utf8_lossy(pending_);
   pending_.clear();

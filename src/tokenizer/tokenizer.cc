@@ -88,8 +88,13 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
   return tok;
 }
 
+const TokenizerImpl& Tokenizer::impl() const {
+  TS_CHECK(impl_ != nullptr, "tokenizer used before it was loaded (use Tokenizer::from_file)");
+  return *impl_;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
-  const TokenizerImpl& impl = *impl_;
+  const TokenizerImpl& impl = this->impl();
   check_utf8(text, "text to encode");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
@@ -123,7 +128,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
-  const TokenizerImpl& impl = *impl_;
+  const TokenizerImpl& impl = this->impl();
   std::string bytes;
   bool first = true;
   for (int32_t id : ids) {
@@ -139,28 +144,28 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 int32_t Tokenizer::token_id(std::string_view token_text) const {
-  if (const AddedToken* t = impl_->added.by_content(token_text)) return t->id;
-  return impl_->model->find(token_text);
+  if (const AddedToken* t = impl().added.by_content(token_text)) return t->id;
+  return impl().model->find(token_text);
 }
 
 std::string Tokenizer::token_text(int32_t id) const {
-  check_id(*impl_, id);
-  return impl_->token_text[id];
+  check_id(impl(), id);
+  return impl().token_text[id];
 }
 
-int Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int Tokenizer::vocab_size() const { return impl().vocab_size; }
 
 bool Tokenizer::is_special(int32_t id) const {
-  check_id(*impl_, id);
-  return impl_->special[id] != 0;
+  check_id(impl(), id);
+  return impl().special[id] != 0;
 }
 
-const std::vector<int32_t>& Tokenizer::added_prefix_ids() const { return impl_->prefix_ids; }
-const std::vector<int32_t>& Tokenizer::added_suffix_ids() const { return impl_->suffix_ids; }
+const std::vector<int32_t>& Tokenizer::added_prefix_ids() const { return impl().prefix_ids; }
+const std::vector<int32_t>& Tokenizer::added_suffix_ids() const { return impl().suffix_ids; }
 
 const std::string& Tokenizer::piece_bytes(int32_t id) const {
-  check_id(*impl_, id);
-  return impl_->pieces[id];
+  check_id(impl(), id);
+  return impl().pieces[id];
 }
 
 }  // namespace ts::tok

@@ -45,6 +45,7 @@ class Tokenizer {
 
  private:
   friend class StreamDecoder;
+  const TokenizerImpl& impl() const;  // throws if this Tokenizer was default-constructed (never loaded)
   std::shared_ptr<const TokenizerImpl> impl_;
 };
 

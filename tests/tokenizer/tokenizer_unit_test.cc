@@ -126,6 +126,7 @@ TEST(Tokenizer, LoadErrorsSayWhatIsWrong) {
   EXPECT_NE(message(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})").find("missing"),
             std::string::npos);
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), ts::Error);
+  EXPECT_THROW(Tokenizer().encode("never loaded"), ts::Error);
 }
 
 TEST(Tokenizer, ConcurrentEncodesAgreeWithSerial) {
