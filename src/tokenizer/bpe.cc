@@ -88,6 +88,18 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, bool 
     m->byte_fallback_ids_[b] = m->find(hex);
   }
 
+  const std::string metaspace = "\xE2\x96\x81";  // U+2581
+  if (!byte_level && m->continuing_subword_prefix_.empty() && m->end_of_word_suffix_.empty() &&
+      m->find(metaspace) >= 0) {
+    bool safe = true;
+    for (const auto& [token, id] : m->token_to_id_) {
+      for (size_t p = token.find(metaspace, 1); safe && p != std::string::npos; p = token.find(metaspace, p + 3))
+        safe = p >= 3 && token.compare(p - 3, 3, metaspace) == 0;
+      if (!safe) break;
+    }
+    if (safe) m->word_start_marker_ = metaspace;
+  }
+
   // Merges: "a b" strings (older files) or ["a", "b"] pairs. Rank = position in the list.
   const auto& merges = model.at("merges");
   m->pairs_.init(merges.size());
@@ -211,6 +223,19 @@ void BpeModel::merge(std::vector<int32_t>& symbols) const {
 }
 
 void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (word_start_marker_.empty()) return encode_word(piece, out);
+  // Split before each run of the marker (see word_start_marker_).
+  const std::string& marker = word_start_marker_;
+  size_t word_start = 0;
+  for (size_t p = piece.find(marker, 1); p != std::string_view::npos; p = piece.find(marker, p + marker.size())) {
+    if (p >= marker.size() && piece.compare(p - marker.size(), marker.size(), marker) == 0) continue;
+    encode_word(piece.substr(word_start, p - word_start), out);
+    word_start = p;
+  }
+  encode_word(piece.substr(word_start), out);
+}
+
+void BpeModel::encode_word(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   const bool cacheable = piece.size() <= kMaxCachedPiece;
   if (cacheable) {

@@ -54,6 +54,7 @@ class BpeModel {
     const Slot* find(int32_t left, int32_t right) const;  // nullptr if the pair never merges
   };
 
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;  // one piece, through the cache
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
   void merge(std::vector<int32_t>& symbols) const;
 
@@ -68,6 +69,10 @@ class BpeModel {
   bool ignore_merges_ = false;
   int32_t unk_id_ = -1;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
+  // SentencePiece-style files have no pre-tokenizer, so a whole text is one piece. When no vocabulary token has
+  // "▁" right after another character (checked at load), no merge can cross the start of a run of "▁", and
+  // encoding the text split there gives the same ids while each word hits the cache. Empty when unsafe.
+  std::string word_start_marker_;
 
   // Piece -> ids cache for pieces up to kMaxCachedPiece bytes, cleared when it holds kMaxCacheEntries.
   static constexpr size_t kMaxCachedPiece = 64;

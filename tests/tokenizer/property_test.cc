@@ -83,3 +83,31 @@ INSTANTIATE_TEST_SUITE_P(Families, Properties, ::testing::Values("qwen3", "llama
 
 }  // namespace
 }  // namespace ts::tok::testing
+
+namespace ts::tok::testing {
+namespace {
+
+// SentencePiece-style files are encoded word by word (split before each run of "▁") when the vocabulary makes
+// that exact. Adding an unreachable token with "▁" inside turns the shortcut off; the ids must not change.
+TEST(Properties, Llama2WordSplitShortcutChangesNothing) {
+  TS_REQUIRE_TOKENIZER(tokenizer_path("llama2"));
+  const Tokenizer& fast = shared_tokenizer("llama2");
+  nlohmann::json j = nlohmann::json::parse(ts::read_text_file(tokenizer_path("llama2")));
+  j["model"]["vocab"]["x\u2581y"] = 32000;  // no merge produces it, so only the shortcut is affected
+  const Tokenizer whole = Tokenizer::from_json_text(j.dump(), "llama2 without the word-split shortcut");
+  std::mt19937 rng(99);
+  std::string long_text;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text = random_text(rng, 1 + int(rng() % 80));
+    for (size_t i = 0; i < text.size(); i += 7) text[i] = rng() % 3 ? ' ' : text[i];  // many word starts
+    if (!utf8_lossy(text).compare(text)) {
+      ASSERT_EQ(fast.encode(text), whole.encode(text)) << "trial " << trial;
+      long_text += text;
+    }
+  }
+  for (const auto& c : load_fixture("llama2_encode.json")) long_text += c.at("text").get<std::string>();
+  EXPECT_EQ(fast.encode(long_text), whole.encode(long_text));
+}
+
+}  // namespace
+}  // namespace ts::tok::testing
