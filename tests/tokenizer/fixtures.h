@@ -23,7 +23,7 @@ inline nlohmann::json load_fixture(const std::string& file) {
 
 // The tokenizer a fixture family was generated from: the fetched Qwen3 / Llama-2 files or the committed tiny BPE.
 inline std::string tokenizer_path(const std::string& family) {
-  if (family == "tiny") return fixture_path("tiny_bpe/tokenizer.json");
+  if (family == "tiny" || family == "tiny_ignore_merges") return fixture_path("tiny_bpe/tokenizer.json");
   if (family == "llama2_metaspace") return cache_dir("llama2") + "/tokenizer.json";
   return cache_dir(family) + "/tokenizer.json";
 }
@@ -45,13 +45,21 @@ inline Tokenizer metaspace_variant() {
   return Tokenizer::from_json_text(j.dump(), "llama2 (Metaspace variant)");
 }
 
+// "tiny_ignore_merges": the tiny BPE with Llama-3's ignore_merges, as tools/tokref/gen_fixtures.mjs derives it.
+inline Tokenizer ignore_merges_variant() {
+  nlohmann::json j = nlohmann::json::parse(ts::read_text_file(fixture_path("tiny_bpe/tokenizer.json")));
+  j["model"]["ignore_merges"] = true;
+  return Tokenizer::from_json_text(j.dump(), "tiny (ignore_merges variant)");
+}
+
 // Loading the 11 MB Qwen3 file takes a moment: load each family once per test binary.
 inline const Tokenizer& shared_tokenizer(const std::string& family) {
   static std::map<std::string, Tokenizer> loaded;
   auto it = loaded.find(family);
   if (it == loaded.end()) {
-    it = loaded.emplace(family, family == "llama2_metaspace" ? metaspace_variant()
-                                                             : Tokenizer::from_file(tokenizer_path(family))).first;
+    it = loaded.emplace(family, family == "llama2_metaspace"     ? metaspace_variant()
+                                : family == "tiny_ignore_merges" ? ignore_merges_variant()
+                                                                 : Tokenizer::from_file(tokenizer_path(family))).first;
   }
   return it->second;
 }

@@ -35,7 +35,7 @@ TEST_P(Properties, RandomTextRoundTripsAndRandomBytesNeverCrash) {
   for (int trial = 0; trial < 300; ++trial) {
     const std::string text = random_text(rng, 1 + int(rng() % 60));
     const std::vector<int32_t> ids = tok.encode(text);
-    if (family == "qwen3" || family == "tiny") {  // byte-level: lossless up to NFC
+    if (family == "qwen3" || family.rfind("tiny", 0) == 0) {  // byte-level: lossless up to NFC
       ASSERT_EQ(tok.decode(ids), normalize(text, NormalForm::NFC)) << "trial " << trial;
     } else {  // SentencePiece style adds one leading space and the decoder strips it again
       ASSERT_EQ(tok.decode(ids), text) << "trial " << trial;
@@ -79,7 +79,7 @@ TEST_P(Properties, StreamingEqualsDecodeOnRandomIds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Properties, ::testing::Values("qwen3", "llama2", "llama2_metaspace", "tiny"));
+INSTANTIATE_TEST_SUITE_P(Families, Properties, ::testing::Values("qwen3", "llama2", "llama2_metaspace", "tiny", "tiny_ignore_merges"));
 
 }  // namespace
 }  // namespace ts::tok::testing

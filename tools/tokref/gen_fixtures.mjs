@@ -191,6 +191,11 @@ encode_fixture("tiny", tiny_json, { clean_up_tokenization_spaces: false }, [
   ["tiny_mask", "fill <|mask|> and <|mask|><|mask|> here"],
 ]);
 
+// Llama-3 style: a piece that is itself a vocabulary token is taken whole (ignore_merges). Derived from the tiny
+// BPE in the C++ test the same way (tests/tokenizer/fixtures.h).
+encode_fixture("tiny_ignore_merges", { ...tiny_json, model: { ...tiny_json.model, ignore_merges: true } },
+               { clean_up_tokenization_spaces: false }, []);
+
 // ---- Chat template fixtures (Qwen3's real template, rendered by @huggingface/jinja). ----
 const template = new Template(qwen3_config.chat_template);
 const M = (role, content) => ({ role, content });
