@@ -42,7 +42,7 @@ double abs_dot(const float* x, const float* w, int k) {
 }
 
 std::vector<LinearBackend> backends_to_test() {
-  std::vector<LinearBackend> b = {LinearBackend::Auto, LinearBackend::Portable};
+  std::vector<LinearBackend> b = {LinearBackend::Auto, LinearBackend::Portable, LinearBackend::OneDnn};
   return b;
 }
 

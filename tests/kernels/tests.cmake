@@ -1,4 +1,7 @@
 # Kernel micro benchmarks (not tests: no timing assertions anywhere). Built with the test suite so they stay
-# compiling; run by hand: build/<dir>/bench_linear [threads] [MiB of weights to cycle through].
+# compiling; run by hand: build/<dir>/bench_linear [threads] [MiB of weights to cycle through] [bf16/f32] [OUTxIN],
+# build/<dir>/bench_attention [threads].
 add_executable(bench_linear ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_linear.cc)
 target_link_libraries(bench_linear PRIVATE ts_kernels)
+add_executable(bench_attention ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_attention.cc)
+target_link_libraries(bench_attention PRIVATE ts_kernels)

@@ -1,0 +1,56 @@
+// Micro benchmark of the masked attention kernel: one layer of a Qwen3-0.6B-shaped model (16 query heads, 8 KV
+// heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
+// machine is shared); with 1 thread the clock is the thread's CPU time.
+//   bench_attention [threads]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/timer.h"
+#include "kernels/ops.h"
+
+using namespace ts;
+
+namespace {
+double clock_ms(bool cpu_clock) {
+  if (!cpu_clock) return now_ms();
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  set_num_threads(threads);
+  const bool cpu_clock = threads == 1;
+  const int heads = 16, kv_heads = 8, hd = 128;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s\n", threads, cpu_clock ? "CPU" : "wall", heads,
+              kv_heads, hd, kernels::ops_isa());
+  for (int prefix : {128, 1024, 4096}) {
+    for (int n_q : {1, 8, 32}) {
+      const int n_kv = prefix + n_q;
+      std::vector<float> q(size_t(n_q) * heads * hd), k(size_t(n_kv) * kv_heads * hd), v(k.size()), out(q.size());
+      for (auto* buf : {&q, &k, &v})
+        for (auto& x : *buf) x = normal(rng);
+      // A chain-shaped tree (each node sees the prefix and all earlier nodes): the densest mask.
+      std::vector<uint8_t> visible(size_t(n_q) * n_kv);
+      for (int i = 0; i < n_q; ++i)
+        for (int j = 0; j < n_kv; ++j) visible[size_t(i) * n_kv + j] = j < prefix + i + 1;
+      std::vector<double> times;
+      for (int rep = 0; rep < 15; ++rep) {
+        const double t0 = clock_ms(cpu_clock);
+        kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
+                           0.088f);
+        times.push_back(clock_ms(cpu_clock) - t0);
+      }
+      std::printf("prefix %5d  n_q %3d : %8.1f us\n", prefix, n_q, *std::min_element(times.begin(), times.end()) * 1e3);
+    }
+  }
+}
