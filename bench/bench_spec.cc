@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode_flags.h"
+#include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "prompt_file.h"
 
@@ -24,6 +25,7 @@ struct ArmSpec {
   spec::TreeMode priority;
   double theta;
   int node_cap, branch_cap, draft_len;
+  int load_batch = 0;  // > 0: load-adaptive theta priced at this batch size
 };
 
 struct ArmTotals {
@@ -40,7 +42,7 @@ int bench_spec(int argc, char** argv) {
   CLI::App app{"Speculative decoding arms side by side: accepted tokens per round and wall clock per token."};
   std::string model_dir, drafter_dir, prompts, json_out = "bench_spec.json";
   std::vector<float> temperatures = {0.0f, 1.0f};
-  std::vector<int> chain_lens, fixed_caps = {8, 16, 32};
+  std::vector<int> chain_lens, fixed_caps = {8, 16, 32}, adaptive_loads = {1, 16};
   int max_tokens = 64, limit = 0, threads = 0, branch_cap = 4;
   double theta = 0.05;
   uint64_t seed = 1;
@@ -52,6 +54,9 @@ int bench_spec(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--fixed-caps", fixed_caps, "node caps of the fixed-budget trees (theta 0)")->delimiter(',');
   app.add_option("--theta", theta, "TreeSpark theta");
+  app.add_option("--adaptive-loads", adaptive_loads,
+                 "batch sizes at which to run TreeSpark with the load-adaptive theta (empty: none)")
+      ->delimiter(',');
   app.add_option("--branch-cap", branch_cap);
   app.add_option("--max-tokens", max_tokens);
   app.add_option("--limit", limit, "use only the first N prompts");
@@ -78,6 +83,22 @@ int bench_spec(int argc, char** argv) {
     arms.push_back({"fixed-" + std::to_string(n), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, n, branch_cap, 0});
   arms.push_back({"marginal-16", DecodeMode::Tree, spec::TreeMode::Marginal, 0.0, 16, branch_cap, 0});
   arms.push_back({"treespark", DecodeMode::Tree, spec::TreeMode::Tree, theta, 64, branch_cap, 0});
+  for (int load : adaptive_loads)
+    arms.push_back({"adaptive-b" + std::to_string(load), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 64, branch_cap, 0,
+                    load});
+  // The cost curve the adaptive arms price nodes with, measured once here (batch 1 and each load).
+  spec::CostModel cost;
+  if (!adaptive_loads.empty()) {
+    CostCurveOptions co;
+    co.context = std::min(256, bundle.target->config().max_position_embeddings - 64);
+    co.batches = {1};
+    for (int load : adaptive_loads)
+      if (load > 1) co.batches.push_back(load);
+    std::sort(co.batches.begin(), co.batches.end());
+    co.batches.erase(std::unique(co.batches.begin(), co.batches.end()), co.batches.end());
+    co.reps = 3;
+    cost = measure_cost_curve(*bundle.target, co);
+  }
 
   nlohmann::json out = nlohmann::json::array();
   for (float temperature : temperatures) {
@@ -97,6 +118,10 @@ int bench_spec(int argc, char** argv) {
         o.tree.node_cap = arm.node_cap;
         o.tree.branch_cap = arm.branch_cap;
         o.tree.draft_len = arm.draft_len > 0 ? arm.draft_len : block - 1;
+        if (arm.load_batch > 0) {
+          o.tree.cost_model = &cost;
+          o.tree.batch = arm.load_batch;
+        }
         GenerationResult r = gen.generate(set.prompt_ids[p], o);
         ArmTotals& t = totals[a];
         t.rounds += r.stats.rounds;
