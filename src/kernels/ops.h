@@ -1,6 +1,8 @@
 // Device-neutral signatures of the CPU kernels the model needs. Every op has a scalar reference (ref::) and a
 // fast version (the plain name) chosen at run time by CPU features; tests/kernels checks fast against ref.
 // All activations are f32, row-major. "rows" is the number of tokens in the batch.
+// Every fast op computes a row (or element) with the same instructions whatever the batch around it and the
+// thread count (vector tails are masked, never a scalar loop), so batch shape never changes a result's bits.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@ void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim,
 // Rotary embedding, "rotate half" (NeoX / Hugging Face) layout: pairs (i, i + head_dim/2).
 //   x: [rows, heads, head_dim], rotated in place; positions: [rows]
 //   inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2
+// As Hugging Face: inv_freq and angle = position * inv_freq in f32, cos/sin of the f32 angle;
+// x'[i] = x[i] cos - x[i + half] sin, x'[i + half] = x[i + half] cos + x[i] sin.
 void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
 
 // out[i] = silu(gate[i]) * up[i];  gate, up, out: [n] (out may alias gate)

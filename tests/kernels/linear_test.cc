@@ -4,7 +4,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "core/cpu.h"
@@ -78,11 +80,18 @@ TEST(Linear, MatchesReference) {
         Linear lin(w.data(), DType::F32, s.out, s.in, compute, backend);
         std::vector<float> y(ref.size());
         lin.forward(x.data(), rows, y.data());
+        double worst_vs_ref = 0, worst_vs_exact = 0;  // observed error / sum|x w|, for the log
         for (size_t i = 0; i < y.size(); ++i) {
+          worst_vs_ref = std::max(worst_vs_ref, std::abs(y[i] - double(ref[i])) / mag[i]);
+          worst_vs_exact = std::max(worst_vs_exact, std::abs(y[i] - double(exact[i])) / mag[i]);
           ASSERT_NEAR(y[i], ref[i], s.in * kU32 * mag[i] + 1e-30)
               << s.out << "x" << s.in << " " << dtype_name(compute) << " " << lin.backend_name() << " i=" << i;
           ASSERT_NEAR(y[i], exact[i], (rounding + s.in * kU32) * 1.01 * mag[i] + 1e-30);
         }
+        if (backend == LinearBackend::Auto)
+          std::printf("%5dx%-5d %s: max error / sum|xw|: %.2e vs rounded ref (bound %.1e), %.2e vs f32 data (bound %.1e)\n",
+                      s.out, s.in, dtype_name(compute), worst_vs_ref, s.in * kU32, worst_vs_exact,
+                      (rounding + s.in * kU32) * 1.01);
       }
     }
   }

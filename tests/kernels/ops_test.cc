@@ -118,7 +118,9 @@ TEST(Ops, SoftmaxMatchesReference) {
       ASSERT_NEAR(fast[i], ref[i], rel * ref[i] + 1e-37) << n << " " << i;
       total += fast[i];
     }
-    if (n > 3) EXPECT_EQ(fast[2], 0.0f);
+    if (n > 3) {
+      EXPECT_EQ(fast[2], 0.0f);
+    }
     EXPECT_NEAR(total, 1.0, 1e-5);
   }
 }
