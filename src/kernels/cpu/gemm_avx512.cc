@@ -32,13 +32,13 @@ constexpr int kMaxTileRows = 6;  // f32: 6 rows x 4 panels = 24 accumulators + 4
 constexpr int kMaxTileRowsBf16Wide = 5;
 constexpr int kMaxTileRowsBf16Tall = 8;
 constexpr int kChunkPairs = 256;  // k pairs per chunk (bf16: 64 cols x 512 k x 2 B = 64 KiB of weights)
-constexpr int kChunkK = 256;
+constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 64 KiB)
 // Software prefetch distance in k steps (16 x 256 B = 4 KiB ahead). Measured with weights streamed from DRAM
 // on the busy shared machine: 8 rows cost 1.2-1.3x one row with it, ~1.8x without; 1 row unchanged.
-constexpr int kPrefetchPairs = 16;      // k per chunk (f32: 64 cols x 256 k x 4 B = 64 KiB)
+constexpr int kPrefetchPairs = 16;
 
-// Parallelise only when the weights are big enough to amortise the thread hand-off (~5 us).
-constexpr int64_t kParallelMinWeights = 1 << 16;
+// Parallelise only when the work is big enough to amortise the thread hand-off (~5 us).
+constexpr int64_t kParallelMinMacs = 1 << 18;  // rows x out x in
 
 #define TS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -137,7 +137,7 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + max_tile_rows - 1) / max_tile_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
-#pragma omp parallel for schedule(static) if (groups > 1 && weight_elems >= kParallelMinWeights)
+#pragma omp parallel for schedule(static) if (groups > 1 && weight_elems * rows >= kParallelMinMacs)
   for (int g = 0; g < groups; ++g) {
     const int col0 = g * kGroupCols;
     const int cols = std::min(kGroupCols, out_features - col0);
