@@ -91,27 +91,37 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   }
   const size_t n = size_t(out_features) * in_features;
   if (compute == DType::BF16) {
-    std::vector<uint16_t> w = weights_as_bf16(weight, weight_dtype, n);  // [out, in]
+    // Checkpoint already in the compute type: pack straight from it (an lm_head can be ~300 MB).
+    std::vector<uint16_t> converted;
+    const uint16_t* w = static_cast<const uint16_t*>(weight);  // [out, in]
+    if (weight_dtype != DType::BF16) {
+      converted = weights_as_bf16(weight, weight_dtype, n);
+      w = converted.data();
+    }
     if (m.backend == LinearBackend::OneDnn) {
-      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w.data(), true, out_features, in_features);
+      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w, true, out_features, in_features);
     } else {
       m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
       m.packed.reset(aligned_bytes(m.packed_bytes));
-      cpu::pack_bf16(w.data(), out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
+      cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
     }
   } else {
-    std::vector<float> w = weights_as_f32(weight, weight_dtype, n);  // [out, in]
+    std::vector<float> converted;
+    const float* w = static_cast<const float*>(weight);  // [out, in]
+    if (weight_dtype != DType::F32) {
+      converted = weights_as_f32(weight, weight_dtype, n);
+      w = converted.data();
+    }
     if (m.backend == LinearBackend::OneDnn) {
-      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w.data(), false, out_features, in_features);
+      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w, false, out_features, in_features);
     } else {
       m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
       m.packed.reset(aligned_bytes(m.packed_bytes));
-      cpu::pack_f32(w.data(), out_features, in_features, static_cast<float*>(m.packed.get()));
+      cpu::pack_f32(w, out_features, in_features, static_cast<float*>(m.packed.get()));
     }
   }
 }
 
-Linear::Linear() = default;
 Linear::~Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
