@@ -55,7 +55,7 @@ std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n)
 LinearBackend resolve(LinearBackend requested, DType compute) {
   if (requested != LinearBackend::Auto) return requested;
   const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.fma ? LinearBackend::Packed : LinearBackend::Portable;
+  return f.avx512f && f.avx512bw && f.fma ? LinearBackend::Packed : LinearBackend::Portable;
 }
 
 }  // namespace
@@ -87,7 +87,8 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   m.compute = compute;
   m.backend = resolve(backend, compute);
   if (m.backend == LinearBackend::Packed) {
-    TS_CHECK(cpu_features().avx512f && cpu_features().fma, "Linear: the packed kernel needs AVX-512F and FMA");
+    const CpuFeatures& f = cpu_features();
+    TS_CHECK(f.avx512f && f.avx512bw && f.fma, "Linear: the packed kernel needs AVX-512F/BW and FMA");
   }
   const size_t n = size_t(out_features) * in_features;
   if (compute == DType::BF16) {

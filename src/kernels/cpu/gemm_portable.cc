@@ -75,7 +75,7 @@ void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, in
 }
 
 void round_to_bf16(const float* src, float* dst, int64_t n) {
-  if (cpu_features().avx512f) return round_to_bf16_avx512(src, dst, n);
+  if (cpu_features().avx512f && cpu_features().avx512bw) return round_to_bf16_avx512(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 

@@ -12,7 +12,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#define TS_AVX512_OPS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define TS_AVX512_OPS __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
 namespace ts::kernels::cpu {
 
