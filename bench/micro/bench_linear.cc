@@ -11,7 +11,7 @@
 //   bf16 2048x2048, DRAM-streamed: packed M=1 9-12 GB/s, M=8 1.2-1.6x M=1, M=64 5.3-6.6x;
 //                                  oneDNN brg:avx512_core_bf16 9-11 GB/s, M=8 1.6-1.8x, M=64 8-9x
 //   bf16 3072x1024, DRAM-streamed: packed M=1 8-10 GB/s, M=8 1.35-1.5x, M=64 5-6x; oneDNN M=8 1.75-1.85x, M=64 8-8.5x
-//   bf16 256x512 (L2-resident): packed ~70 GMAC/s at M=64 (~80% of the FMA peak), oneDNN ~35 GMAC/s
+//   bf16 256x512 (L2-resident), M=64: packed 60-75 GMAC/s (70-85% of the 87 GMAC/s zmm-FMA peak), oneDNN ~32
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
