@@ -43,14 +43,28 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> visible(size_t(n_q) * n_kv);
       for (int i = 0; i < n_q; ++i)
         for (int j = 0; j < n_kv; ++j) visible[size_t(i) * n_kv + j] = j < prefix + i + 1;
-      std::vector<double> times;
+      // The same K/V in a head-major cache [kv_heads, n_kv, hd] (attention_strided).
+      std::vector<float> k_hm(k.size()), v_hm(v.size());
+      for (int j = 0; j < n_kv; ++j)
+        for (int g = 0; g < kv_heads; ++g)
+          for (int d = 0; d < hd; ++d) {
+            k_hm[(size_t(g) * n_kv + j) * hd + d] = k[(size_t(j) * kv_heads + g) * hd + d];
+            v_hm[(size_t(g) * n_kv + j) * hd + d] = v[(size_t(j) * kv_heads + g) * hd + d];
+          }
+      std::vector<double> times, times_hm;
       for (int rep = 0; rep < 15; ++rep) {
-        const double t0 = clock_ms(cpu_clock);
+        double t0 = clock_ms(cpu_clock);
         kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
                            0.088f);
         times.push_back(clock_ms(cpu_clock) - t0);
+        t0 = clock_ms(cpu_clock);
+        kernels::attention_strided(q.data(), k_hm.data(), v_hm.data(), hd, int64_t(n_kv) * hd, visible.data(),
+                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        times_hm.push_back(clock_ms(cpu_clock) - t0);
       }
-      std::printf("prefix %5d  n_q %3d : %8.1f us\n", prefix, n_q, *std::min_element(times.begin(), times.end()) * 1e3);
+      std::printf("prefix %5d  n_q %3d : row-major %8.1f us, head-major %8.1f us\n", prefix, n_q,
+                  *std::min_element(times.begin(), times.end()) * 1e3,
+                  *std::min_element(times_hm.begin(), times_hm.end()) * 1e3);
     }
   }
 }

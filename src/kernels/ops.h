@@ -39,6 +39,15 @@ void softmax(float* x, int n);
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale);
 
+// attention() with K/V addressed by strides in floats: key row j of KV head g starts at
+// k + j * kv_row_stride + g * kv_head_stride (same for v). attention() is kv_row_stride = n_kv_heads * head_dim,
+// kv_head_stride = head_dim. A head-major cache [n_kv_heads, capacity, head_dim] passes head_dim and
+// capacity * head_dim: each head's rows are then contiguous, which streams faster at long contexts.
+// Results are bit-identical to attention() on the same values.
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale);
+
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
 
@@ -58,6 +67,9 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void softmax(float* x, int n);
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale);
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

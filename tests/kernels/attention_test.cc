@@ -179,6 +179,31 @@ TEST(Attention, MaskedKeysContributeNothing) {
   EXPECT_GT(bit_differences(clean.data() + row, boosted.data() + row, row), 0u);  // row 1 does
 }
 
+// A head-major cache with spare capacity, addressed by strides, gives the same bits as the row-major layout.
+TEST(Attention, StridedHeadMajorLayoutGivesSameBits) {
+  std::mt19937 rng(5);
+  const int prefix = 37, nodes = 9, capacity = 64, kv_heads = 2, heads = 8, hd = 64;
+  Problem p = make_problem(nodes, prefix + nodes, heads, kv_heads, hd, 17);
+  tree_mask(p, prefix, random_tree(nodes, rng));
+  const std::vector<float> row_major = run_fast(p);
+  std::vector<float> k_hm(size_t(kv_heads) * capacity * hd, NAN), v_hm(k_hm.size(), NAN);  // [kv_heads, capacity, hd]
+  for (int j = 0; j < p.n_kv; ++j)
+    for (int g = 0; g < kv_heads; ++g)
+      for (int d = 0; d < hd; ++d) {
+        k_hm[(size_t(g) * capacity + j) * hd + d] = p.k[(size_t(j) * kv_heads + g) * hd + d];
+        v_hm[(size_t(g) * capacity + j) * hd + d] = p.v[(size_t(j) * kv_heads + g) * hd + d];
+      }
+  std::vector<float> strided(row_major.size()), ref_strided(row_major.size()), ref_plain(row_major.size());
+  attention_strided(p.q.data(), k_hm.data(), v_hm.data(), hd, int64_t(capacity) * hd, p.visible.data(),
+                    strided.data(), p.n_q, p.n_kv, heads, kv_heads, hd, p.scale());
+  EXPECT_EQ(bit_differences(strided.data(), row_major.data(), row_major.size()), 0u);
+  ref::attention_strided(p.q.data(), k_hm.data(), v_hm.data(), hd, int64_t(capacity) * hd, p.visible.data(),
+                         ref_strided.data(), p.n_q, p.n_kv, heads, kv_heads, hd, p.scale());
+  ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref_plain.data(), p.n_q, p.n_kv, heads,
+                 kv_heads, hd, p.scale());
+  EXPECT_EQ(bit_differences(ref_strided.data(), ref_plain.data(), ref_plain.size()), 0u);
+}
+
 TEST(Attention, RejectsBadArguments) {
   Problem p = make_problem(2, 3, 4, 2, 32, 1);
   p.visible = {1, 0, 0, 0, 0, 0};  // row 1 sees nothing

@@ -1,8 +1,9 @@
 // AVX-512 masked grouped-query attention (contract in ops.h).
 //
 // Work is split into tasks of (KV head, block of up to 8 query rows), so each key row is read once per task and
-// used by every (row, head) pair of the block that sees it (the KV cache rows of a head sit 4 KiB apart in the
-// [n_kv, n_kv_heads, head_dim] layout; reading them once per query head made long contexts memory-bound).
+// used by every (row, head) pair of the block that sees it (in the [n_kv, n_kv_heads, head_dim] layout the rows
+// of a head sit n_kv_heads * head_dim floats apart, 4 KiB for Qwen3-0.6B; reading them once per query head made
+// long contexts memory-bound). attention_strided lets a head-major cache make them contiguous.
 // For each (query row i, head h) pair:
 //   1. score_t = scale * dot(q, k_j) for its visible keys j ascending (t = 0, 1, ...); each dot is one FMA chain
 //      over head_dim and a fixed horizontal sum
@@ -84,12 +85,12 @@ struct TaskScratch {
   std::vector<float> inv_sum;              // [rows in block, group] 1 / softmax normaliser
 };
 
-// One task: KV head kvh, query rows [row0, row0 + rows). Returns false if a row sees no key.
-TS_AVX512_OPS bool attend_block(const float* q, const float* k, const float* v, const uint8_t* visible, float* out,
-                                int row0, int rows, int kvh, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                                float scale, TaskScratch& s) {
+// One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
+// kv_stride floats apart. Returns false if a row sees no key.
+TS_AVX512_OPS bool attend_block(const float* q, const float* k_head, const float* v_head, size_t kv_stride,
+                                const uint8_t* visible, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
+                                int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
   const int group = n_heads / n_kv_heads;
-  const size_t kv_stride = size_t(n_kv_heads) * head_dim;  // floats between key rows
   s.n_vis.assign(rows, 0);
   for (int i = 0; i < rows; ++i) {
     const uint8_t* row_mask = visible + size_t(row0 + i) * n_kv;  // [n_kv]
@@ -112,7 +113,7 @@ TS_AVX512_OPS bool attend_block(const float* q, const float* k, const float* v, 
     s.dot_q.clear(), s.dot_k.clear(), s.dot_out.clear();
   };
   for (int j = 0; j < n_kv; ++j) {
-    const float* kj = k + j * kv_stride + size_t(kvh) * head_dim;  // [head_dim]
+    const float* kj = k_head + j * kv_stride;  // [head_dim]
     if (j + kPrefetchKeys < n_kv) prefetch_row(kj + kPrefetchKeys * kv_stride, head_dim);
     for (int i = 0; i < rows; ++i) {
       if (!visible[size_t(row0 + i) * n_kv + j]) continue;
@@ -134,7 +135,7 @@ TS_AVX512_OPS bool attend_block(const float* q, const float* k, const float* v, 
   // 3. Weighted sums of values, key-major again (each value row read once per task), ascending j for every pair.
   s.next.assign(rows, 0);
   for (int j = 0; j < n_kv; ++j) {
-    const float* vj = v + j * kv_stride + size_t(kvh) * head_dim;  // [head_dim]
+    const float* vj = v_head + j * kv_stride;  // [head_dim]
     if (j + kPrefetchKeys < n_kv) prefetch_row(vj + kPrefetchKeys * kv_stride, head_dim);
     for (int i = 0; i < rows; ++i) {
       if (!visible[size_t(row0 + i) * n_kv + j]) continue;
@@ -158,8 +159,9 @@ TS_AVX512_OPS bool attend_block(const float* q, const float* k, const float* v, 
 }  // namespace
 
 // Returns false if some query row sees no key (the caller reports it).
-bool attention_avx512(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q,
-                      int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+bool attention_avx512(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                      const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                      float scale) {
   const int blocks = (n_q + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
   bool all_rows_see_a_key = true;
@@ -170,8 +172,10 @@ bool attention_avx512(const float* q, const float* k, const float* v, const uint
     thread_local TaskScratch scratch;
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * kRowsPerTask, rows = std::min(kRowsPerTask, n_q - row0);
-    all_rows_see_a_key = attend_block(q, k, v, visible, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim,
-                                      scale, scratch) && all_rows_see_a_key;
+    const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
+    all_rows_see_a_key = attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), visible, out, row0,
+                                      rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale, scratch) &&
+                         all_rows_see_a_key;
   }
   return all_rows_see_a_key;
 }

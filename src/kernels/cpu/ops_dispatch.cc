@@ -12,8 +12,9 @@ void rmsnorm_avx512(const float* x, const float* weight, float* out, int rows, i
 void rope_avx512(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 void softmax_avx512(float* x, int n);
-bool attention_avx512(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q,
-                      int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+bool attention_avx512(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                      const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                      float scale);
 }  // namespace cpu
 
 namespace {
@@ -58,12 +59,24 @@ void softmax(float* x, int n) {
 
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale) {
+  attention_strided(q, k, v, int64_t(n_kv_heads) * head_dim, head_dim, visible, out, n_q, n_kv, n_heads, n_kv_heads,
+                    head_dim, scale);
+}
+
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale) {
   TS_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads (", n_heads,
            ") must be a positive multiple of n_kv_heads (", n_kv_heads, ")");
   TS_CHECK(n_q >= 0 && n_kv > 0 && head_dim > 0, "attention: expected n_q >= 0, n_kv > 0, head_dim > 0, got n_q=",
            n_q, " n_kv=", n_kv, " head_dim=", head_dim);
-  if (!use_avx512()) return ref::attention(q, k, v, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
-  TS_CHECK(cpu::attention_avx512(q, k, v, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale),
+  TS_CHECK(kv_row_stride >= 0 && kv_head_stride >= 0, "attention: strides must be >= 0, got ", kv_row_stride, ", ",
+           kv_head_stride);
+  if (!use_avx512())
+    return ref::attention_strided(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads,
+                                  n_kv_heads, head_dim, scale);
+  TS_CHECK(cpu::attention_avx512(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads,
+                                 head_dim, scale),
            "attention: a query row sees no key (every row of `visible` needs at least one 1)");
 }
 

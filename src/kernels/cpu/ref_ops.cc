@@ -61,6 +61,13 @@ void softmax(float* x, int n) {
 
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale) {
+  attention_strided(q, k, v, int64_t(n_kv_heads) * head_dim, head_dim, visible, out, n_q, n_kv, n_heads, n_kv_heads,
+                    head_dim, scale);
+}
+
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale) {
   TS_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads (", n_heads,
            ") must be a multiple of n_kv_heads (", n_kv_heads, ")");
   const int group = n_heads / n_kv_heads;
@@ -72,7 +79,7 @@ void attention(const float* q, const float* k, const float* v, const uint8_t* vi
       double max_s = -INFINITY;
       for (int j = 0; j < n_kv; ++j) {
         if (!visible[size_t(i) * n_kv + j]) continue;
-        const float* kj = k + (size_t(j) * n_kv_heads + kvh) * head_dim;  // [head_dim]
+        const float* kj = k + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
         double dot = 0.0;
         for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * kj[d];
         score[j] = dot * scale;
@@ -85,7 +92,7 @@ void attention(const float* q, const float* k, const float* v, const uint8_t* vi
         if (!visible[size_t(i) * n_kv + j]) continue;
         const double p = std::exp(score[j] - max_s);
         sum += p;
-        const float* vj = v + (size_t(j) * n_kv_heads + kvh) * head_dim;  // [head_dim]
+        const float* vj = v + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
         for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
       }
       float* oh = out + (size_t(i) * n_heads + h) * head_dim;  // [head_dim]
