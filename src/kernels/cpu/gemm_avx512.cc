@@ -5,8 +5,8 @@
 // one and per 16 weights) and using FMA has twice the arithmetic rate, which is what decides the cost of a tree
 // batch of 8-16 rows. At 1 row both are limited by DRAM.
 //
-// Register tile: up to kMaxTileRows rows x 4 panels of 16 columns = at most 20-24 zmm accumulators. Per k step the
-// tile loads 4 weight vectors once and reuses them for every row, so a batch of 8 rows streams the weights once
+// Register tile: up to 8 rows x 2-4 panels of 16 columns = at most 16-24 zmm accumulators. Per k step the tile
+// loads its weight vectors once and reuses them for every row, so a batch of 8 rows streams the weights once
 // (the cost of a tree batch is then mostly the extra dot products, not extra DRAM traffic).
 //
 // Determinism: y[r, o] lives in one lane of one accumulator, updated in ascending k. K is walked in chunks so the
@@ -51,7 +51,7 @@ inline __mmask16 panel_mask(int cols, int p) {
 // y[R rows, group cols] (+)= x[R rows, 2 pairs] . w_chunk; x points at the chunk's first k of row 0 and holds
 // activations already rounded to bf16 (as f32). Each weight vector holds (k even, k odd) bf16 pairs of 16 columns:
 // shifting left by 16 gives the k-even weights as f32, masking the low half gives the k-odd ones. The products of
-// two bf16 values are exact in f32, so this computes what vdpbf16ps would, one FMA rounding per k.
+// two bf16 values are exact in f32 (as in vdpbf16ps); each k then costs one FMA rounding.
 template <int R, int P>
 TS_AVX512 void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, float* y, int ldy, int cols,
                          bool first) {
