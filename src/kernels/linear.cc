@@ -123,6 +123,7 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   }
 }
 
+Linear::Linear() = default;
 Linear::~Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
