@@ -30,6 +30,8 @@ nlohmann::json stats_json(const GenerationResult& r) {
   const double decode_ms = s.total_ms - s.prefill_ms;
   j["tokens_per_second"] = decode_ms > 0 ? 1000.0 * s.generated_tokens / decode_ms : 0.0;
   j["finish_reason"] = r.finish_reason;
+  // rounds whose accepted path had length d, d = 0..block_size (vLLM reports the same per position)
+  j["accepted_length_histogram"] = s.accepted_at_depth;
   return j;
 }
 
