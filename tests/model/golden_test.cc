@@ -85,7 +85,9 @@ TEST_P(GoldenTest, LogitsAndHiddenStatesMatchReference) {
     for (int v = 0; v < V; ++v)
       if (v != best) second = std::max(second, w[v]);
     const float* g = &r.logits[size_t(i) * V];
-    if (w[best] - second > 0.1 * std::fabs(w[best]) + 0.1) EXPECT_EQ(int(std::max_element(g, g + V) - g), best);
+    if (w[best] - second > 0.1 * std::fabs(w[best]) + 0.1) {
+      EXPECT_EQ(int(std::max_element(g, g + V) - g), best);
+    }
   }
 }
 
