@@ -131,10 +131,10 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu (documented) or cuda")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (1 on a shared machine, see train_target)")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=1126)
     ap.add_argument("--minutes", type=float, default=None, help="schedule over wall-clock time instead of --steps")
-    ap.add_argument("--batch", type=int, default=8, help="windows per step")
-    ap.add_argument("--anchors", type=int, default=24, help="anchors per window")
+    ap.add_argument("--batch", type=int, default=6, help="windows per step")
+    ap.add_argument("--anchors", type=int, default=32, help="anchors per window")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=30)
@@ -142,7 +142,8 @@ def main():
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--rank", type=int, default=64)
     ap.add_argument("--taps", default=None, help="comma-separated target layers (default 0, L/2, L-1)")
-    ap.add_argument("--eval-every", type=int, default=150)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-windows", type=int, default=96, help="validation windows of the final evaluation")
     ap.add_argument("--export-every-min", type=float, default=8.0)
     args = ap.parse_args()
 
@@ -210,7 +211,7 @@ def main():
     train_s = time.time() - t0
     export_drafter(drafter, args.out, {"step": str(step)})
     torch.save({"cfg": config_dict(dc), "state": drafter.state_dict(), "step": step}, args.ckpt)
-    m = evaluate(drafter, target, val_tok, taps, args.seq, 128, 16, 11, args.device)
+    m = evaluate(drafter, target, val_tok, taps, args.seq, args.eval_windows, 16, 11, args.device)
     summary = {"params": n_params, "steps": step, "windows": windows, "anchors_per_window": args.anchors,
                "train_seconds": round(train_s), "val": m, "args": vars(args), "curve": log}
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}), flush=True)

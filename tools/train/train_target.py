@@ -65,7 +65,7 @@ def main():
                     help="CPU threads; 1 on a shared machine: with 2, every op's OpenMP barrier waits out the "
                          "other thread's scheduler slice (measured 5-10x slower under load)")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--steps", type=int, default=591)
     ap.add_argument("--minutes", type=float, default=None, help="schedule over wall-clock time instead of --steps")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=256)
