@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
@@ -50,7 +51,9 @@ TEST_P(DrafterGolden, BaseLogitsAndConditionalsMatchReference) {
   drafter->extend_context(state, taps.data(), positions.data(), n_ctx);
   std::vector<float> u(size_t(B) * V);  // [B, V]
   drafter->draft_block(state, anchor, n_ctx, u.data());
-  EXPECT_LT(rel_error(u.data(), want_u), tol);
+  const double u_err = rel_error(u.data(), want_u);
+  EXPECT_LT(u_err, tol);
+  std::printf("%s: U max relative error %.2e (tolerance %.0e)\n", GetParam().c_str(), u_err, tol);
 
   for (const auto& c : golden["conditionals"]) {
     const int depth = c["depth"].get<int>();

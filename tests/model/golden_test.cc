@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,7 @@ TEST_P(GoldenTest, LogitsAndHiddenStatesMatchReference) {
   ASSERT_EQ(want_logits.size(), size_t(n) * V);
   const double logit_err = rel_error(r.logits, want_logits);
   EXPECT_LT(logit_err, tol) << GetParam() << " logits";
+  std::printf("%s: logits max relative error %.2e (tolerance %.0e)\n", GetParam().c_str(), logit_err, tol);
 
   for (size_t li = 0; li < b.hidden_layers.size(); ++li) {
     std::vector<double> want;
