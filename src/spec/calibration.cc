@@ -1,6 +1,7 @@
 #include "spec/calibration.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace ts::spec {
@@ -14,14 +15,49 @@ constexpr double kMinSlope = 1e-3;
 double sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z)); }
 double log_sigmoid(double z) { return z >= 0 ? -std::log1p(std::exp(-z)) : z - std::log1p(std::exp(z)); }
 
-// Penalised log-likelihood of (a, b).
-double objective(const std::vector<EdgeRecord>& records, double a, double b) {
+constexpr int kParams = 2 + kRankBuckets - 1;  // a, b, rank offsets 1..kRankBuckets-1
+
+// The fit's parameters as a vector: [a, b, offset_1, ..., offset_{kRankBuckets-1}].
+using Params = std::array<double, kParams>;
+
+double linear_term(const Params& t, const EdgeRecord& r) {
+  const int bucket = rank_bucket(r.sibling_rank);
+  return t[0] * r.logit_q + t[1] + (bucket > 0 ? t[1 + bucket] : 0.0);
+}
+
+// Penalised log-likelihood; the ridge pulls toward (a, b, offsets) = (1, 0, 0).
+double objective(const std::vector<EdgeRecord>& records, const Params& t) {
   double sum = 0;
   for (const EdgeRecord& r : records) {
-    const double z = a * r.logit_q + b;
+    const double z = linear_term(t, r);
     sum += r.accepted ? log_sigmoid(z) : log_sigmoid(-z);
   }
-  return sum - 0.5 * kRidge * ((a - 1) * (a - 1) + b * b);
+  double penalty = (t[0] - 1) * (t[0] - 1);
+  for (int i = 1; i < kParams; ++i) penalty += t[i] * t[i];
+  return sum - 0.5 * kRidge * penalty;
+}
+
+// Solves h x = g for a small symmetric positive definite h (Gaussian elimination with partial pivoting).
+bool solve(std::array<std::array<double, kParams>, kParams> h, Params g, Params* x) {
+  for (int col = 0; col < kParams; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < kParams; ++r)
+      if (std::abs(h[r][col]) > std::abs(h[pivot][col])) pivot = r;
+    if (!(std::abs(h[pivot][col]) > 1e-300)) return false;
+    std::swap(h[col], h[pivot]);
+    std::swap(g[col], g[pivot]);
+    for (int r = col + 1; r < kParams; ++r) {
+      const double f = h[r][col] / h[col][col];
+      for (int c = col; c < kParams; ++c) h[r][c] -= f * h[col][c];
+      g[r] -= f * g[col];
+    }
+  }
+  for (int r = kParams - 1; r >= 0; --r) {
+    double v = g[r];
+    for (int c = r + 1; c < kParams; ++c) v -= h[r][c] * (*x)[c];
+    (*x)[r] = v / h[r][r];
+  }
+  return true;
 }
 
 }  // namespace
@@ -31,47 +67,60 @@ double clamped_logit(double q) {
   return std::log(q) - std::log1p(-q);
 }
 
-double Calibration::p_hat(double q) const { return sigmoid(a * clamped_logit(q) + b); }
-double Calibration::log_p_hat(double q) const { return log_sigmoid(a * clamped_logit(q) + b); }
+double Calibration::p_hat(double q, int sibling_rank) const {
+  return sigmoid(a * clamped_logit(q) + b + rank_offset[rank_bucket(sibling_rank)]);
+}
+double Calibration::log_p_hat(double q, int sibling_rank) const {
+  return log_sigmoid(a * clamped_logit(q) + b + rank_offset[rank_bucket(sibling_rank)]);
+}
 
 Calibration fit_calibration(const std::vector<EdgeRecord>& records) {
-  Calibration c;
-  if (records.empty()) return c;
-  double value = objective(records, c.a, c.b);
+  if (records.empty()) return Calibration{};
+  Params t = {1, 0, 0, 0, 0};
+  double value = objective(records, t);
   for (int iter = 0; iter < 100; ++iter) {
     // Gradient and (negated) Hessian of the penalised log-likelihood.
-    double ga = -kRidge * (c.a - 1), gb = -kRidge * c.b;
-    double haa = kRidge, hab = 0, hbb = kRidge;
+    Params g{};
+    std::array<std::array<double, kParams>, kParams> h{};
+    g[0] = -kRidge * (t[0] - 1);
+    for (int i = 1; i < kParams; ++i) g[i] = -kRidge * t[i];
+    for (int i = 0; i < kParams; ++i) h[i][i] = kRidge;
     for (const EdgeRecord& r : records) {
-      const double x = r.logit_q;
-      const double p = sigmoid(c.a * x + c.b);
+      const int bucket = rank_bucket(r.sibling_rank);
+      Params x{};  // features
+      x[0] = r.logit_q;
+      x[1] = 1;
+      if (bucket > 0) x[1 + bucket] = 1;
+      const double p = sigmoid(linear_term(t, r));
       const double residual = r.accepted - p;
       const double w = p * (1 - p);
-      ga += residual * x;
-      gb += residual;
-      haa += w * x * x;
-      hab += w * x;
-      hbb += w;
+      for (int i = 0; i < kParams; ++i) {
+        if (x[i] == 0) continue;
+        g[i] += residual * x[i];
+        for (int j = 0; j < kParams; ++j) h[i][j] += w * x[i] * x[j];
+      }
     }
-    const double det = haa * hbb - hab * hab;
-    if (!(det > 0)) break;
-    const double step_a = (hbb * ga - hab * gb) / det;
-    const double step_b = (haa * gb - hab * ga) / det;
+    Params step{};
+    if (!solve(h, g, &step)) break;
     // Halve the Newton step until the objective does not decrease (the objective is concave, so this ends).
-    double scale = 1;
-    double next = value;
+    double scale = 1, next = value;
+    Params trial = t;
     for (; scale > 1e-10; scale *= 0.5) {
-      next = objective(records, c.a + scale * step_a, c.b + scale * step_b);
+      for (int i = 0; i < kParams; ++i) trial[i] = t[i] + scale * step[i];
+      next = objective(records, trial);
       if (next >= value) break;
     }
     if (scale <= 1e-10) break;
-    c.a += scale * step_a;
-    c.b += scale * step_b;
-    const bool converged = std::abs(scale * step_a) + std::abs(scale * step_b) < 1e-10;
+    double moved = 0;
+    for (int i = 0; i < kParams; ++i) moved += std::abs(trial[i] - t[i]);
+    t = trial;
     value = next;
-    if (converged) break;
+    if (moved < 1e-10) break;
   }
-  c.a = std::max(c.a, kMinSlope);
+  Calibration c;
+  c.a = std::max(t[0], kMinSlope);
+  c.b = t[1];
+  for (int k = 1; k < kRankBuckets; ++k) c.rank_offset[k] = t[1 + k];
   return c;
 }
 
@@ -80,7 +129,8 @@ double expected_calibration_error(const std::vector<EdgeRecord>& records, const 
   double predicted[kEceBins] = {}, observed[kEceBins] = {};
   int64_t count[kEceBins] = {};
   for (const EdgeRecord& r : records) {
-    const double p = sigmoid(calibration.a * r.logit_q + calibration.b);
+    const double p = sigmoid(calibration.a * r.logit_q + calibration.b +
+                             calibration.rank_offset[rank_bucket(r.sibling_rank)]);
     const int bin = std::min(kEceBins - 1, static_cast<int>(p * kEceBins));
     predicted[bin] += p;
     observed[bin] += r.accepted;

@@ -20,10 +20,22 @@
 
 namespace ts::spec {
 
+// Sibling ranks share offsets from kRankBuckets - 1 on: rank 0 (the first child drawn, offset 0), 1, 2, >= 3.
+//
+// Why an offset per sibling rank: when children are sampled, whether the j-th sibling is accepted depends mostly on
+// whether an earlier sibling already was (then it is not) and on how far p is from q, hardly on the sibling's own
+// q. A fit on logit(q) alone is then nearly flat (a ~ 0.05 at T = 1 on the shipped pair), every sibling looks as
+// good as the first, and best-first grows shallow bushy trees. The offset lets later siblings be priced lower.
+// The rank of the next child is known before it is drawn, so admission still never reads the draw's value.
+constexpr int kRankBuckets = 4;
+inline int rank_bucket(int sibling_rank) { return sibling_rank < kRankBuckets - 1 ? sibling_rank : kRankBuckets - 1; }
+
 struct Calibration {
   double a = 1, b = 0;  // the defaults make p_hat(q) = q: the uncalibrated log-q priority
-  double p_hat(double q) const;
-  double log_p_hat(double q) const;  // log(p_hat(q)), computed stably
+  double rank_offset[kRankBuckets] = {0, 0, 0, 0};  // added to the logit; [0] is always 0
+  // p_hat = sigmoid(a * logit(q) + b + rank_offset[rank_bucket(sibling_rank)])
+  double p_hat(double q, int sibling_rank = 0) const;
+  double log_p_hat(double q, int sibling_rank = 0) const;  // log(p_hat), computed stably
 };
 
 double clamped_logit(double q);  // logit(clamp(q, 1e-12, 1 - 1e-12))
@@ -35,7 +47,7 @@ struct EdgeRecord {
   int32_t sibling_rank = 0;
 };
 
-// Logistic regression of accepted on logit_q; no records gives the defaults.
+// Logistic regression of accepted on logit_q and the sibling-rank bucket; no records gives the defaults.
 Calibration fit_calibration(const std::vector<EdgeRecord>& records);
 
 // Expected calibration error with kEceBins equal-width bins of p_hat over [0, 1]:

@@ -16,6 +16,7 @@ CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, d
   e.temperature = temperature;
   e.a = fitted.a;
   e.b = fitted.b;
+  for (int k = 0; k < kRankBuckets; ++k) e.rank_offset[k] = fitted.rank_offset[k];
   e.edges = static_cast<int64_t>(records.size());
   e.ece_before = expected_calibration_error(records, Calibration{});
   e.ece_after = expected_calibration_error(records, fitted);
@@ -28,7 +29,11 @@ Calibration CalibrationTable::lookup(double temperature) const {
     if (!best || std::abs(e.temperature - temperature) < std::abs(best->temperature - temperature)) best = &e;
   }
   if (!best) return Calibration{};
-  return Calibration{best->a, best->b};
+  Calibration c;
+  c.a = best->a;
+  c.b = best->b;
+  for (int k = 0; k < kRankBuckets; ++k) c.rank_offset[k] = best->rank_offset[k];
+  return c;
 }
 
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
@@ -49,6 +54,7 @@ std::string calibration_table_to_json(const CalibrationTable& table) {
     entries.push_back({{"temperature", e.temperature},
                        {"a", e.a},
                        {"b", e.b},
+                       {"rank_offsets", std::vector<double>(e.rank_offset + 1, e.rank_offset + kRankBuckets)},
                        {"edges", e.edges},
                        {"ece_before", e.ece_before},
                        {"ece_after", e.ece_after}});
@@ -88,6 +94,16 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
     e.temperature = number_field(j, "temperature", i);
     e.a = number_field(j, "a", i);
     e.b = number_field(j, "b", i);
+    if (j.contains("rank_offsets")) {
+      const nlohmann::json& o = j["rank_offsets"];
+      TS_CHECK(o.is_array() && o.size() == size_t(kRankBuckets - 1), "calibration: entries[", i,
+               "].rank_offsets must be an array of ", kRankBuckets - 1, " numbers, got ", o.dump());
+      for (int k = 1; k < kRankBuckets; ++k) {
+        TS_CHECK(o[k - 1].is_number() && std::isfinite(o[k - 1].get<double>()), "calibration: entries[", i,
+                 "].rank_offsets[", k - 1, "] must be a finite number");
+        e.rank_offset[k] = o[k - 1].get<double>();
+      }
+    }
     TS_CHECK(e.temperature >= 0, "calibration: entries[", i, "].temperature must be >= 0, got ", e.temperature);
     TS_CHECK(e.a > 0, "calibration: entries[", i, "].a must be > 0 (p_hat increasing in q), got ", e.a);
     // Statistics are informative only: absent means unknown (0).

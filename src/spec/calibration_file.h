@@ -1,5 +1,7 @@
 // treespark_calibration.json, written beside the drafter by `treespark calibrate` and read by generation:
-//   {"version": 1, "entries": [{"temperature": T, "a": .., "b": .., "edges": N, "ece_before": .., "ece_after": ..}]}
+//   {"version": 1, "entries": [{"temperature": T, "a": .., "b": .., "rank_offsets": [o1, o2, o3], "edges": N,
+//                               "ece_before": .., "ece_after": ..}]}
+// rank_offsets (calibration.h) may be absent (older files): then 0.
 // One entry per draft temperature (0 = greedy). ece_before is the ECE of the uncalibrated p_hat = q on the fitting
 // edges, ece_after that of the fitted (a, b) (calibration.h, kEceBins bins).
 #pragma once
@@ -17,6 +19,7 @@ inline constexpr const char* kCalibrationFileName = "treespark_calibration.json"
 struct CalibrationEntry {
   double temperature = 0;
   double a = 1, b = 0;
+  double rank_offset[kRankBuckets] = {0, 0, 0, 0};  // JSON "rank_offsets": [offset of rank 1, 2, >= 3]
   int64_t edges = 0;
   double ece_before = 0, ece_after = 0;
 };

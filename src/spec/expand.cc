@@ -119,7 +119,8 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   const bool calibrated = params.mode == TreeMode::Tree || chain;
   const bool sampling = params.temperature > 0;
   const QSource q_source = params.mode == TreeMode::Marginal ? QSource::Base : QSource::Conditional;
-  const auto log_p_hat = [&](double q) { return calibrated ? calibration.log_p_hat(q) : std::log(q); };
+  // The rank is the child's sibling rank, known before the draw (0 for a parent's first child).
+  const auto log_p_hat = [&](double q, int rank) { return calibrated ? calibration.log_p_hat(q, rank) : std::log(q); };
   const double log_theta = chain ? -std::numeric_limits<double>::infinity() : std::log(params.theta);
 
   DraftTree tree;
@@ -176,7 +177,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
       p.loaded = true;
       const double next_q = next_remaining_q(p, &token);
       if (next_q > 0) {
-        heap.push(Slot{p.log_survival + log_p_hat(next_q), parent, true});
+        heap.push(Slot{p.log_survival + log_p_hat(next_q, 0), parent, true});
       } else {
         close(&p);
       }
@@ -203,7 +204,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     OpenParent& p = open[parent];
     const int rank = static_cast<int>(p.drawn.size());
     p.drawn.push_back(token);
-    const double child_log_survival = p.log_survival + log_p_hat(child_q);
+    const double child_log_survival = p.log_survival + log_p_hat(child_q, rank);
     const double child_survival = std::exp(child_log_survival);
     const int node = tree.add(token, parent, rank, child_q, static_cast<float>(child_survival));
     expected_tokens += child_survival;
@@ -212,7 +213,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     int32_t next_token = -1;
     const double next_q = static_cast<int>(p.drawn.size()) < branch_cap ? next_remaining_q(p, &next_token) : 0;
     if (next_q > 0) {
-      heap.push(Slot{p.log_survival + log_p_hat(next_q), parent, true});
+      heap.push(Slot{p.log_survival + log_p_hat(next_q, static_cast<int>(p.drawn.size())), parent, true});
     } else {
       close(&p);
     }

@@ -50,6 +50,33 @@ TEST(Calibration, FitRecoversKnownParameters) {
   }
 }
 
+TEST(Calibration, FitRecoversSiblingRankOffsets) {
+  // Labels drawn from sigmoid(a logit(q) + b + offset[rank]) with ranks 0..4 (4 shares bucket 3).
+  const double a = 1.3, b = 0.2, offsets[kRankBuckets] = {0, -1.0, -2.0, 0.5};
+  std::vector<EdgeRecord> records;
+  RandomChooser rng(29);
+  for (int i = 0; i < 60000; ++i) {
+    EdgeRecord r;
+    r.logit_q = 4 * rng.uniform() - 3;
+    r.sibling_rank = i % 5;
+    const double p = 1 / (1 + std::exp(-(a * r.logit_q + b + offsets[rank_bucket(r.sibling_rank)])));
+    r.accepted = rng.uniform() < p;
+    records.push_back(r);
+  }
+  const Calibration fit = fit_calibration(records);
+  EXPECT_NEAR(fit.a, a, 0.06);
+  EXPECT_NEAR(fit.b, b, 0.08);
+  for (int k = 1; k < kRankBuckets; ++k) EXPECT_NEAR(fit.rank_offset[k], offsets[k], 0.1) << k;
+  EXPECT_EQ(fit.rank_offset[0], 0);
+  // With the rank the fit is well calibrated.
+  EXPECT_LT(expected_calibration_error(records, fit), 0.015);
+  // The file keeps the offsets.
+  CalibrationTable table;
+  table.upsert(fit_calibration_entry(records, 1.0));
+  const Calibration back = calibration_table_from_json(calibration_table_to_json(table)).lookup(1.0);
+  for (int k = 0; k < kRankBuckets; ++k) EXPECT_DOUBLE_EQ(back.rank_offset[k], fit.rank_offset[k]);
+}
+
 TEST(Calibration, EceByHand) {
   // Identity calibration; q = 0.25 (bin 2) labelled 1, 0, 0, 0 -> |0.25 - 0.25| = 0; q = 0.85 (bin 8) labelled 1, 1
   // -> |0.85 - 1| weighted 2/6.

@@ -158,7 +158,11 @@ TEST(VerifyExact, EveryModeAndCalibration) {
   const SamplingParams target = sampling(1.0f, 0, 0.9f);
   const TreeParams shapes[] = {shape(TreeMode::Chain, 1, 0, 0, 3), shape(TreeMode::Marginal, 2, 4, 0),
                                shape(TreeMode::LogQ, 2, 4, 0.05), shape(TreeMode::Tree, 2, 4, 0.1)};
-  const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}};
+  Calibration ranked{1.2, 0.5};  // later siblings priced lower, as a fit on sampled trees gives
+  ranked.rank_offset[1] = -1.5;
+  ranked.rank_offset[2] = -2.5;
+  ranked.rank_offset[3] = 0.7;
+  const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}, ranked};
   for (const TreeParams& tree : shapes) {
     for (const Calibration& cal : calibrations) expect_exact(ExactCase{target, 1.0f, tree, cal}, 6, 11);
   }
