@@ -10,13 +10,18 @@ bin=build/release/treespark
 target=models/treespark-target
 drafter=models/treespark-drafter
 prompt="${1:-Write a Python function that returns the n-th Fibonacci number.}"
+code_prompt='def fibonacci(n):
+    """Return the n-th Fibonacci number."""
+'
 if [ -f "$target/model.safetensors" ] && [ -f "$drafter/model.safetensors" ]; then
-  echo "== TreeSpark on the shipped pair ($target + $drafter), greedy =="
+  echo "== TreeSpark on the shipped pair, chat prompt, temperature 0.7 =="
+  echo "   (a 4M-parameter model trained for 45 minutes: expect plausible-looking, incoherent text)"
   "$bin" generate --model "$target" --drafter "$drafter" --mode tree --chat --no-thinking --prompt "$prompt" \
-    --max-tokens 160
+    --temperature 0.7 --seed 1 --max-tokens 120
   echo
-  echo "== the same prompt, target only =="
-  "$bin" generate --model "$target" --mode none --chat --no-thinking --prompt "$prompt" --max-tokens 160
+  echo "== greedy, code prompt: TreeSpark, then the target alone (the texts are identical: lossless) =="
+  "$bin" generate --model "$target" --drafter "$drafter" --mode tree --prompt "$code_prompt" --max-tokens 96
+  "$bin" generate --model "$target" --mode none --prompt "$code_prompt" --max-tokens 96
 else
   echo "(no shipped pair under models/: using a random-weight pair; output is meaningless, the mechanics are real)"
   "$bin" make-model --out build/demo/target --drafter-out build/demo/drafter >/dev/null

@@ -115,6 +115,7 @@ int cmd_generate(int argc, char** argv) {
       const GenerationStats& s = r.stats;
       const double decode_ms = s.total_ms - s.prefill_ms;
       std::fprintf(stdout, "\n");
+      std::fflush(stdout);  // the statistics go to stderr: keep them after the text
       std::fprintf(stderr,
                    "[%s] %d tokens in %.1f ms (%.1f tok/s after a %.1f ms prefill of %zu tokens); %d rounds, %.2f "
                    "tokens/round, mean tree %.1f nodes, %d accepted draft tokens\n",
