@@ -98,6 +98,7 @@ int bench_spec(int argc, char** argv) {
     co.batches.erase(std::unique(co.batches.begin(), co.batches.end()), co.batches.end());
     co.reps = 3;
     cost = measure_cost_curve(*bundle.target, co);
+    cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
   }
 
   nlohmann::json out = nlohmann::json::array();

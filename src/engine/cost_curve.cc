@@ -67,4 +67,20 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
   return cost;
 }
 
+double measure_draft_ms(Drafter& drafter, int context, int reps) {
+  DrafterState state = drafter.new_state(context + 1);
+  std::vector<float> taps(size_t(context) * drafter.tap_width(), 0.5f);  // [context, tap_width]
+  std::vector<int32_t> positions(context);
+  for (int i = 0; i < context; ++i) positions[i] = i;
+  drafter.extend_context(state, taps.data(), positions.data(), context);
+  std::vector<float> base_logits(size_t(drafter.block_size()) * drafter.vocab_size());  // [block, vocab]
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = now_ms();
+    drafter.draft_block(state, 1, context, base_logits.data());
+    if (r > 0) times.push_back(now_ms() - t0);  // the first run warms up
+  }
+  return median(times);
+}
+
 }  // namespace ts

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "model/drafter.h"
 #include "model/target_model.h"
 #include "spec/theta_policy.h"
 
@@ -19,5 +20,9 @@ struct CostCurveOptions {
 
 // Timed forwards leave the caches as they were (their rows are dropped).
 spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& options);
+
+// Median ms of one drafter block forward over a context of `context` tokens: the part of a round's cost that
+// does not grow with the tree (CostModel::fixed_ms).
+double measure_draft_ms(Drafter& drafter, int context, int reps = 5);
 
 }  // namespace ts

@@ -50,7 +50,7 @@ double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, do
   const double now = cost.cost_ms(batch, tree_size_so_far);
   const double next = cost.cost_ms(batch, tree_size_so_far + 1);
   TS_CHECK(now > 0, "adaptive theta: cost model gives ", now, " ms for k = ", tree_size_so_far, ", expected > 0");
-  return std::max(0.0, (next - now) * expected_tokens_so_far / now);
+  return std::max(0.0, (next - now) * expected_tokens_so_far / (now + std::max(0.0, cost.fixed_ms)));
 }
 
 }  // namespace ts::spec

@@ -3,7 +3,8 @@
 // A round that verifies k tokens per sequence (anchor + k - 1 tree nodes) at batch b costs L(b, k) ms and emits
 // E = 1 + sum of the nodes' survivals tokens in expectation. Adding a node of survival s changes the rate of
 // emitted tokens per ms from E / L(b, k) to (E + s) / L(b, k + 1), which is no worse iff
-//     s >= (L(b, k + 1) - L(b, k)) * E / L(b, k)         (marginal cost over current cost per expected token).
+//     s >= (L(b, k + 1) - L(b, k)) * E / (L(b, k) + F)   (marginal cost over current cost per expected token),
+// where F = CostModel::fixed_ms is the round's cost outside the target forward.
 // On a memory-bound target L barely grows with k, so the threshold is near 0 and the tree grows; as the batch
 // grows the forward becomes compute-bound, L(b, k) -> c * k (linear through 0), the threshold tends to E / k,
 // which is 1 for the first node and stays close to 1 while survivals are high: the tree shrinks toward the chain.
@@ -19,6 +20,10 @@ struct CostModel {
   std::vector<int> batches;  // [B], strictly increasing, >= 1
   std::vector<int> tokens;   // [K], strictly increasing, >= 1, K >= 2
   std::vector<double> ms;    // [B, K], row-major: ms[i * K + j] = L(batches[i], tokens[j]), > 0
+  // Per-round cost outside the target forward (the drafter's forward, bookkeeping), >= 0. A round then costs
+  // L(b, k) + fixed_ms, and the threshold below divides by that: the cheaper the verify forward is relative to
+  // the whole round, the more nodes pay for themselves.
+  double fixed_ms = 0;
 
   // Throws ts::Error unless the shapes and orders above hold.
   void validate() const;

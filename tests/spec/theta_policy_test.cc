@@ -25,6 +25,16 @@ TEST(ThetaPolicy, RuleArithmetic) {
   EXPECT_NEAR((2.5 + theta) / 14.0, 2.5 / 13.0, 1e-12);
 }
 
+TEST(ThetaPolicy, FixedRoundCostLowersTheThreshold) {
+  CostModel m = affine(10, 1);
+  m.fixed_ms = 7;  // e.g. the drafter's forward: paid every round whatever the tree
+  const double theta = adaptive_theta(m, 1, 3, 2.5);
+  EXPECT_NEAR(theta, (14.0 - 13.0) * 2.5 / (13.0 + 7.0), 1e-12);
+  // Still the break-even point of the whole round's token rate.
+  EXPECT_NEAR((2.5 + theta) / (14.0 + 7.0), 2.5 / (13.0 + 7.0), 1e-12);
+  EXPECT_LT(theta, adaptive_theta(affine(10, 1), 1, 3, 2.5));
+}
+
 TEST(ThetaPolicy, FlatCostGivesZeroAndProportionalCostGivesOne) {
   EXPECT_NEAR(adaptive_theta(affine(10, 0), 1, 1, 1.0), 0.0, 1e-12);
   EXPECT_NEAR(adaptive_theta(affine(0.001, 1), 1, 1, 1.0), 1.0, 1e-3);

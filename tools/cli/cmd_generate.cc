@@ -79,6 +79,7 @@ int cmd_generate(int argc, char** argv) {
     if (flags.load_batch > 1) co.batches.push_back(flags.load_batch);
     co.reps = 3;
     cost = measure_cost_curve(*bundle.target, co);
+    cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
     opt.tree.cost_model = &cost;
     opt.tree.batch = flags.load_batch;
   }
