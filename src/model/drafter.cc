@@ -35,21 +35,7 @@ DrafterState Drafter::new_state(int max_tokens) const {
 }
 
 void Drafter::embed(const int32_t* tokens, int n, float* x) const {
-  const int H = config_.hidden_size;
-  for (int r = 0; r < n; ++r) {
-    const int32_t t = tokens[r];
-    TS_CHECK(t >= 0 && t < config_.vocab_size, "drafter: token id ", t, " out of range");
-    const uint8_t* row = embed_table_->data + size_t(t) * H * dtype_size(embed_table_->dtype);
-    for (int i = 0; i < H; ++i) {
-      float v;
-      switch (embed_table_->dtype) {
-        case DType::F32: std::memcpy(&v, row + 4 * i, 4); break;
-        case DType::BF16: v = bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]); break;
-        default: v = f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]); break;
-      }
-      x[size_t(r) * H + i] = v;
-    }
-  }
+  kernels::embed_rows(embed_table_->data, embed_table_->dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
 }
 
 void Drafter::extend_context(DrafterState& state, const float* taps, const int32_t* positions, int n) {

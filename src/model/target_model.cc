@@ -47,24 +47,7 @@ size_t TargetModel::weight_bytes() const {
 }
 
 void TargetModel::embed(const int32_t* tokens, int n, float* x) const {
-  const int H = config_.hidden_size;
-  const size_t row_bytes = size_t(H) * dtype_size(embed_table_->dtype);
-  for (int r = 0; r < n; ++r) {
-    const int32_t t = tokens[r];
-    TS_CHECK(t >= 0 && t < config_.vocab_size, "token id ", t, " out of range [0, ", config_.vocab_size, ")");
-    const uint8_t* row = embed_table_->data + size_t(t) * row_bytes;
-    float* out = x + size_t(r) * H;
-    switch (embed_table_->dtype) {
-      case DType::F32: std::memcpy(out, row, row_bytes); break;
-      case DType::BF16:
-        for (int i = 0; i < H; ++i) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-        break;
-      case DType::F16:
-        for (int i = 0; i < H; ++i) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-        break;
-      default: TS_FAIL("unsupported embedding dtype");
-    }
-  }
+  kernels::embed_rows(embed_table_->data, embed_table_->dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
 }
 
 void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
