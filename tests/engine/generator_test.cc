@@ -4,25 +4,20 @@
 //    variation within a bound derived from the sample size);
 //  - bookkeeping: statistics add up, stop tokens and max-token limits end generation.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <map>
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "model/model_test_util.h"
 #include "model/random_checkpoint.h"
 #include "sampling/distribution.h"
 
 namespace ts {
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  std::string tmpl = std::string(TS_BINARY_DIR) + "/tmp_" + name + "_XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back(0);
-  return mkdtemp(buf.data());
-}
+using testing::temp_dir;
 
 struct Pair {
   std::unique_ptr<TargetModel> target;
