@@ -17,10 +17,15 @@ void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim,
 
 // Rotary embedding, "rotate half" (NeoX / Hugging Face) layout: pairs (i, i + head_dim/2).
 //   x: [rows, heads, head_dim], rotated in place; positions: [rows]
-//   inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2
-// As Hugging Face: inv_freq and angle = position * inv_freq in f32, cos/sin of the f32 angle;
-// x'[i] = x[i] cos - x[i + half] sin, x'[i + half] = x[i + half] cos + x[i] sin.
-void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
+//   inv_freq: [head_dim/2], the per-pair frequencies (the model's RoPE type computes them: default is
+//   theta^(-2i/head_dim); llama3 / linear / yarn rescale them); attention_scale multiplies cos and sin (yarn's
+//   mscale; 1 otherwise).
+// As Hugging Face: angle = position * inv_freq in f32, c = cos(angle) * attention_scale, s likewise;
+// x'[i] = x[i] c - x[i + half] s, x'[i + half] = x[i + half] c + x[i] s.
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+          float attention_scale);
+// The default RoPE frequencies as Hugging Face computes them in f32: 1 / theta^(float(2i) / head_dim).
+void rope_default_inv_freq(float theta, int head_dim, float* inv_freq);
 
 // out[i] = silu(gate[i]) * up[i];  gate, up, out: [n] (out may alias gate)
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
@@ -62,7 +67,8 @@ const char* ops_isa();
 namespace ref {
 void add(float* dst, const float* src, int64_t n);
 void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps);
-void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+          float attention_scale);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void softmax(float* x, int n);
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,

@@ -16,7 +16,9 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir) {
   const io::Checkpoint& ckpt = *d->ckpt_;
   const int H = c.hidden_size, V = c.vocab_size;
   d->shape_ = LayerShape{H, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps,
-                         c.rope_theta, /*qk_norm=*/true, /*qkv_bias=*/false};
+                         /*qk_norm=*/true, /*qkv_bias=*/false};
+  d->shape_.rope_inv_freq.resize(c.head_dim / 2);
+  kernels::rope_default_inv_freq(c.rope_theta, c.head_dim, d->shape_.rope_inv_freq.data());
   d->embed_table_ = &ckpt.weight("embed_tokens.weight", {V, H});
   const DType compute = d->embed_table_->dtype == DType::BF16 ? DType::BF16 : DType::F32;
   d->fc_ = load_linear(ckpt, {"fc.weight"}, {H}, d->tap_width(), compute);

@@ -82,8 +82,10 @@ void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h,
     kernels::rmsnorm(q_out, w.q_norm.data(), q_out, n * shape.heads, shape.head_dim, shape.eps);
     kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
   }
-  kernels::rope(q_out, positions, n, shape.heads, shape.head_dim, shape.rope_theta);
-  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_theta);
+  kernels::rope(q_out, positions, n, shape.heads, shape.head_dim, shape.rope_inv_freq.data(),
+                shape.rope_attention_scale);
+  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_inv_freq.data(),
+                shape.rope_attention_scale);
 }
 
 void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const float* attn, float* x, int n,

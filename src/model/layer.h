@@ -21,9 +21,10 @@ struct LayerShape {
   int head_dim = 0;
   int intermediate = 0;
   float eps = 1e-6f;
-  float rope_theta = 10000.0f;
   bool qk_norm = false;
   bool qkv_bias = false;
+  std::vector<float> rope_inv_freq;  // [head_dim / 2], from the model's RoPE type (kernels::rope)
+  float rope_attention_scale = 1.0f;
   int q_dim() const { return heads * head_dim; }
   int kv_dim() const { return kv_heads * head_dim; }
 };

@@ -18,6 +18,13 @@ using testing::bit_differences;
 using testing::kU32;
 using testing::random_normal;
 
+// The default RoPE frequencies for theta and head_dim (kernels::rope_default_inv_freq): [head_dim / 2].
+std::vector<float> freqs(float theta, int head_dim) {
+  std::vector<float> f(std::max(head_dim / 2, 1));
+  if (head_dim % 2 == 0) rope_default_inv_freq(theta, head_dim, f.data());
+  return f;
+}
+
 TEST(Ops, ReportsIsa) { std::printf("ops ISA: %s\n", ops_isa()); }
 
 TEST(Ops, AddMatchesReferenceExactly) {
@@ -55,8 +62,8 @@ TEST(Ops, RopeMatchesReferenceAndHuggingFaceDefinition) {
     auto x = random_normal(size_t(rows) * heads * head_dim, 1.0f, head_dim);
     std::vector<int32_t> pos = {0, 1, 517, 32767};
     auto fast = x, ref = x;
-    rope(fast.data(), pos.data(), rows, heads, head_dim, 1e6f);
-    ref::rope(ref.data(), pos.data(), rows, heads, head_dim, 1e6f);
+    rope(fast.data(), pos.data(), rows, heads, head_dim, freqs(1e6f, head_dim).data(), 1.0f);
+    ref::rope(ref.data(), pos.data(), rows, heads, head_dim, freqs(1e6f, head_dim).data(), 1.0f);
     const int half = head_dim / 2;
     for (int r = 0; r < rows; ++r)
       for (int h = 0; h < heads; ++h)
@@ -75,12 +82,12 @@ TEST(Ops, RopeMatchesReferenceAndHuggingFaceDefinition) {
   // inv_freq = {1, 10000^-0.5 = 0.01}; pair (0, 2) rotates by 1 rad, pair (1, 3) by 0.01 rad.
   std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
   const int32_t p1 = 1;
-  rope(x.data(), &p1, 1, 1, 4, 10000.0f);
+  rope(x.data(), &p1, 1, 1, 4, freqs(10000.0f, 4).data(), 1.0f);
   EXPECT_NEAR(x[0], 1 * std::cos(1.0) - 3 * std::sin(1.0), 1e-6);
   EXPECT_NEAR(x[2], 3 * std::cos(1.0) + 1 * std::sin(1.0), 1e-6);
   EXPECT_NEAR(x[1], 2 * std::cos(0.01) - 4 * std::sin(0.01), 1e-6);
   EXPECT_NEAR(x[3], 4 * std::cos(0.01) + 2 * std::sin(0.01), 1e-6);
-  EXPECT_THROW(rope(x.data(), &p1, 1, 1, 3, 10000.0f), Error);
+  EXPECT_THROW(rope(x.data(), &p1, 1, 1, 3, freqs(10000.0f, 3).data(), 1.0f), Error);
 }
 
 TEST(Ops, SwigluMatchesReference) {
@@ -135,13 +142,13 @@ TEST(Ops, RowwiseOpsAreBatchInvariant) {
   std::vector<float> norm_all(x.size()), swi_all(x.size()), rope_all = x;
   rmsnorm(x.data(), w.data(), norm_all.data(), rows, dim, 1e-6f);
   swiglu(x.data(), u.data(), swi_all.data(), int64_t(rows) * dim);
-  rope(rope_all.data(), pos.data(), rows, heads, head_dim, 1e6f);
+  rope(rope_all.data(), pos.data(), rows, heads, head_dim, freqs(1e6f, head_dim).data(), 1.0f);
   for (int r = 0; r < rows; ++r) {
     const size_t off = size_t(r) * dim;
     std::vector<float> one(dim), swi(dim), rot(x.begin() + off, x.begin() + off + dim);
     rmsnorm(x.data() + off, w.data(), one.data(), 1, dim, 1e-6f);
     swiglu(x.data() + off, u.data() + off, swi.data(), dim);
-    rope(rot.data(), &pos[r], 1, heads, head_dim, 1e6f);
+    rope(rot.data(), &pos[r], 1, heads, head_dim, freqs(1e6f, head_dim).data(), 1.0f);
     ASSERT_EQ(bit_differences(one.data(), norm_all.data() + off, dim), 0u) << r;
     ASSERT_EQ(bit_differences(swi.data(), swi_all.data() + off, dim), 0u) << r;
     ASSERT_EQ(bit_differences(rot.data(), rope_all.data() + off, dim), 0u) << r;

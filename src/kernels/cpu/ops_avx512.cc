@@ -34,11 +34,9 @@ TS_AVX512_OPS void rmsnorm_avx512(const float* x, const float* weight, float* ou
   }
 }
 
-TS_AVX512_OPS void rope_avx512(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta) {
+TS_AVX512_OPS void rope_avx512(float* x, const int32_t* positions, int rows, int heads, int head_dim,
+                               const float* inv_freq, float attention_scale) {
   const int half = head_dim / 2;
-  // inv_freq as Hugging Face computes it, in float32: 1 / theta^(float(2i) / head_dim).
-  std::vector<float> inv_freq(half);  // [half]
-  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
 #pragma omp parallel for schedule(static) if (int64_t(rows) * heads * head_dim >= kParallelMinElems)
   for (int r = 0; r < rows; ++r) {
     thread_local std::vector<float> cos_sin;  // [2, half]: cos then sin of this row's angles
@@ -47,8 +45,8 @@ TS_AVX512_OPS void rope_avx512(float* x, const int32_t* positions, int rows, int
     float* sin_v = cos_sin.data() + half;
     for (int i = 0; i < half; ++i) {
       const float angle = float(positions[r]) * inv_freq[i];  // f32 product, as HF's freqs
-      cos_v[i] = std::cos(angle);
-      sin_v[i] = std::sin(angle);
+      cos_v[i] = std::cos(angle) * attention_scale;
+      sin_v[i] = std::sin(angle) * attention_scale;
     }
     for (int h = 0; h < heads; ++h) {
       float* lo = x + (size_t(r) * heads + h) * head_dim;  // [half]: x[i]

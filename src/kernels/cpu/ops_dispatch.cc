@@ -1,5 +1,7 @@
 // The plain-named ops of ops.h: argument checks, then the AVX-512 kernel when the CPU has it, else the scalar
 // reference (ref_ops.cc). The choice is made once per process, so every row of every batch takes the same path.
+#include <cmath>
+
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -9,7 +11,8 @@ namespace ts::kernels {
 namespace cpu {
 void add_avx512(float* dst, const float* src, int64_t n);
 void rmsnorm_avx512(const float* x, const float* weight, float* out, int rows, int dim, float eps);
-void rope_avx512(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta);
+void rope_avx512(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+                 float attention_scale);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 void softmax_avx512(float* x, int n);
 bool attention_avx512(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
@@ -40,10 +43,16 @@ void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim,
   ref::rmsnorm(x, weight, out, rows, dim, eps);
 }
 
-void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta) {
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+          float attention_scale) {
   TS_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even and positive, got ", head_dim);
-  if (use_avx512()) return cpu::rope_avx512(x, positions, rows, heads, head_dim, theta);
-  ref::rope(x, positions, rows, heads, head_dim, theta);
+  if (use_avx512()) return cpu::rope_avx512(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
+  ref::rope(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
+}
+
+void rope_default_inv_freq(float theta, int head_dim, float* inv_freq) {
+  TS_CHECK(theta > 0 && head_dim > 0 && head_dim % 2 == 0, "rope: bad theta ", theta, " or head_dim ", head_dim);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {

@@ -25,14 +25,14 @@ void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim,
 
 // Angles in float exactly as Hugging Face computes them (inv_freq and pos * inv_freq in float32), then the
 // rotation in double.
-void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, float theta) {
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+          float attention_scale) {
   TS_CHECK(head_dim % 2 == 0, "rope: head_dim must be even, got ", head_dim);
   const int half = head_dim / 2;
   for (int r = 0; r < rows; ++r) {
     for (int i = 0; i < half; ++i) {
-      const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
-      const float angle = float(positions[r]) * inv_freq;
-      const double c = std::cos(double(angle)), s = std::sin(double(angle));
+      const float angle = float(positions[r]) * inv_freq[i];
+      const double c = std::cos(double(angle)) * attention_scale, s = std::sin(double(angle)) * attention_scale;
       for (int h = 0; h < heads; ++h) {
         float* xh = x + (size_t(r) * heads + h) * head_dim;  // [head_dim]
         const double a = xh[i], b = xh[i + half];
