@@ -2,8 +2,11 @@
 
 #include <omp.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -120,6 +123,31 @@ std::string isa_summary() {
   std::string s;
   for (Isa isa : supported_isas()) s += s.empty() ? isa_name(isa) : std::string(" ") + isa_name(isa);
   return s;
+}
+
+size_t l3_cache_bytes() {
+  const long sys = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (sys > 0) return size_t(sys);
+  // sysfs: "105M" or "32768K"; index3 is the L3 on x86 Linux.
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  size_t value = 0;
+  char unit = 0;
+  if (!(in >> value)) return 0;
+  in >> unit;
+  return unit == 'M' ? value << 20 : unit == 'K' ? value << 10 : value;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU", family, model;
+  auto value = [&] { return line.substr(line.find(':') + 2); };
+  while (std::getline(in, line) && !line.empty()) {  // the first processor's block
+    if (line.find(':') == std::string::npos || line.find(':') + 2 > line.size()) continue;
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model\t", 0) == 0) model = value();
+  }
+  return family.empty() ? name : name + " (family " + family + " model " + model + ")";
 }
 
 void set_num_threads(int n) {

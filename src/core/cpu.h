@@ -51,6 +51,10 @@ Isa isa_from_request(const std::string& value, const CpuFeatures& f);
 // The supported variants as one line for logs and errors, e.g. "scalar avx2 avx512 avx512bf16".
 std::string isa_summary();
 
+// For benchmark reports: the L3 size in bytes (0 if unknown), and the CPU's model name from /proc/cpuinfo.
+size_t l3_cache_bytes();
+std::string cpu_model_name();
+
 void set_num_threads(int n);  // n <= 0: leave OpenMP's default
 int num_threads();
 // Threads to use when the user did not say: one for small models, whose per-op work (a few microseconds) is

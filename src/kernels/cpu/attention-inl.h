@@ -157,8 +157,9 @@ bool attention(const float* q, const float* k, const float* v, int64_t kv_row_st
   const int blocks = (n_q + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
   bool all_rows_see_a_key = true;
-  // Work of the whole call ~ n_q * n_heads * n_kv * head_dim; go parallel when there is enough of it.
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 16)) \
+  // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens
+  // of microseconds), well past the ~5 us a hand-off costs.
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17)) \
     reduction(&& : all_rows_see_a_key)
   for (int64_t task = 0; task < tasks; ++task) {
     thread_local TaskScratch scratch;

@@ -1,6 +1,7 @@
 // The row-wise and element-wise ops of ops.h, written once against the vector layer (simd_avx2.h /
 // simd_avx512.h) and compiled per ISA by ops_avx2.cc and ops_avx512.cc. Each row (or element) is computed by the
 // same instruction sequence whatever the batch size, and threads only split rows or element ranges.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -31,20 +32,42 @@ TS_SIMD void rmsnorm(const float* x, const float* weight, float* out, int rows, 
   }
 }
 
+// The cos/sin table of the last rope call on this thread, [rows][2][half] (cos then sin per row). The model
+// rotates q and then k with the same positions and frequencies, so the second call reuses the first's table
+// (the trig is most of a decode step's RoPE cost). The key compares the frequency values, not the pointer.
+struct RopeTable {
+  int half = -1;
+  float scale = 0;
+  std::vector<float> inv_freq;      // [half]
+  std::vector<int32_t> positions;   // [rows]
+  std::vector<float> cos_sin;       // [rows, 2, half]
+};
+
 TS_SIMD void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
                   float attention_scale) {
   const int half = head_dim / 2;
+  thread_local RopeTable table;
+  const bool reuse = table.half == half && table.scale == attention_scale && table.positions.size() == size_t(rows) &&
+                     std::equal(positions, positions + rows, table.positions.begin()) &&
+                     std::equal(inv_freq, inv_freq + half, table.inv_freq.begin());
+  if (!reuse) {
+    table.half = half;
+    table.scale = attention_scale;
+    table.inv_freq.assign(inv_freq, inv_freq + half);
+    table.positions.assign(positions, positions + rows);
+    table.cos_sin.resize(size_t(rows) * 2 * half);
+  }
+  float* cos_sin = table.cos_sin.data();  // this thread's table, shared with the workers below
 #pragma omp parallel for schedule(static) if (int64_t(rows) * heads * head_dim >= kParallelMinElems)
   for (int r = 0; r < rows; ++r) {
-    thread_local std::vector<float> cos_sin;  // [2, half]: cos then sin of this row's angles
-    cos_sin.resize(2 * size_t(half));
-    float* cos_v = cos_sin.data();
-    float* sin_v = cos_sin.data() + half;
-    for (int i = 0; i < half; ++i) {
-      const float angle = float(positions[r]) * inv_freq[i];  // f32 product, as HF's freqs
-      cos_v[i] = std::cos(angle) * attention_scale;
-      sin_v[i] = std::sin(angle) * attention_scale;
-    }
+    float* cos_v = cos_sin + size_t(r) * 2 * half;  // [half]
+    float* sin_v = cos_v + half;                    // [half]
+    if (!reuse)
+      for (int i = 0; i < half; ++i) {
+        const float angle = float(positions[r]) * inv_freq[i];  // f32 product, as HF's freqs
+        cos_v[i] = std::cos(angle) * attention_scale;
+        sin_v[i] = std::sin(angle) * attention_scale;
+      }
     for (int h = 0; h < heads; ++h) {
       float* lo = x + (size_t(r) * heads + h) * head_dim;  // [half]: x[i]
       float* hi = lo + half;                                 // [half]: x[i + half]
