@@ -145,7 +145,8 @@ int bench_forward(int argc, char** argv) {
   nlohmann::json per_isa = nlohmann::json::array();
   for (Isa isa : isas) {
     set_isa(isa);
-    VariantResult v{isa};
+    VariantResult v;
+    v.isa = isa;
     v.bandwidth_gbs = measure_read_bandwidth_gbs(size_t(1) << 30);
     v.cost = measure_cost_curve(*model, opt);
     v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
