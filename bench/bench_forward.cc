@@ -1,6 +1,8 @@
 // treespark bench forward: the cost curve L(b, k) of one target forward of k tokens per sequence over a 512-token
-// context at batch b, and the weight bandwidth at k = 1 against the machine's memory bandwidth measured in the
-// same run. The load-adaptive tree policy (spec/theta_policy.h) reads this curve.
+// context at batch b, the weight bandwidth at k = 1 against the machine's read bandwidth measured in the same run
+// (by a streaming loop, just before each variant's curve), and prefill tokens/s of a 128-token prompt against
+// decode tokens/s. --isa avx2,avx512 measures several kernel variants side by side in one run. The load-adaptive
+// tree policy (spec/theta_policy.h) reads this curve.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -49,10 +51,37 @@ __attribute__((optimize("O3"))) double measure_read_bandwidth_gbs(size_t bytes) 
 
 }  // namespace
 
+// Median ms of a 128-token prefill into an empty cache (logits of the last row only, as generation does).
+double measure_prefill_ms(TargetModel& model, int tokens, int reps) {
+  const int vocab = model.config().vocab_size;
+  ForwardBatch fb;
+  for (int i = 0; i < tokens; ++i) {
+    fb.tokens.push_back((i * 7919 + 3) % vocab);
+    fb.positions.push_back(i);
+  }
+  fb.logit_rows = {tokens - 1};
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    KVCache cache = model.new_cache(tokens);
+    ForwardResult fr;
+    const double t0 = now_ms();
+    model.forward(fb, {&cache}, &fr);
+    if (r > 0) times.push_back(now_ms() - t0);  // the first run warms up
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct VariantResult {
+  Isa isa;
+  double bandwidth_gbs = 0, prefill_ms = 0;
+  spec::CostModel cost;
+};
+
 int bench_forward(int argc, char** argv) {
   CLI::App app{"Cost of one target forward of k tokens per sequence over a context, for several batch sizes."};
-  std::string model_dir, json_out = "bench_forward.json";
-  int context = 512, reps = 5, threads = 0;
+  std::string model_dir, json_out = "bench_forward.json", isa_list;
+  int context = 512, reps = 5, threads = 0, prefill_tokens = 128;
   std::vector<int> ks = {1, 2, 4, 8, 16, 32, 64}, batches = {1, 2, 4, 8};
   app.add_option("--model", model_dir, "model folder (default: generate a random ~0.5B Qwen3-shaped bf16 model)");
   app.add_option("--context", context, "context tokens per sequence");
@@ -60,12 +89,26 @@ int bench_forward(int argc, char** argv) {
   app.add_option("--batches", batches, "batch sizes")->delimiter(',');
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
   app.add_option("--threads", threads, "CPU threads (0 = all)");
+  app.add_option("--prefill", prefill_tokens, "prompt tokens of the timed prefill");
+  app.add_option("--isa", isa_list,
+                 "kernel variants to measure side by side, comma-separated: scalar, avx2, avx512, avx512bf16 "
+                 "(default: the active one, $TREESPARK_ISA or the best this CPU has)");
   app.add_option("--json", json_out, "write results here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  std::vector<Isa> isas;
+  for (size_t pos = 0; pos < isa_list.size();) {
+    const size_t comma = std::min(isa_list.find(',', pos), isa_list.size());
+    const Isa isa = parse_isa(isa_list.substr(pos, comma - pos));
+    TS_CHECK(isa_supported(isa), "--isa ", isa_name(isa), ": this CPU lacks ", missing_features(isa),
+             " (supported: ", isa_summary(), ")");
+    isas.push_back(isa);
+    pos = comma + 1;
+  }
+  if (isas.empty()) isas.push_back(active_isa());
   if (model_dir.empty()) {
     model_dir = "build/bench-models/qwen3-0.5b-random";
     if (!file_exists(model_dir + "/model.safetensors")) {
@@ -86,40 +129,79 @@ int bench_forward(int argc, char** argv) {
   std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %d threads\n",
                c.num_layers, c.hidden_size, c.vocab_size, weight_gb, num_threads());
 
-  const double bandwidth = measure_read_bandwidth_gbs(size_t(1) << 30);
+  std::fprintf(stderr, "CPU: %s; L3 %.0f MiB; ISA variants supported: %s\n", cpu_model_name().c_str(),
+               double(l3_cache_bytes()) / (1 << 20), isa_summary().c_str());
   CostCurveOptions opt;
   opt.context = context;
   opt.ks = ks;
   opt.batches = batches;
   opt.reps = reps;
-  const spec::CostModel cost = measure_cost_curve(*model, opt);
-  nlohmann::json results = nlohmann::json::array();
-  std::printf("%-6s", "batch");
-  for (int k : ks) std::printf("  k=%-7d", k);
-  std::printf("   (ms per forward; ratio to k=1 below)\n");
-  for (size_t bi = 0; bi < batches.size(); ++bi) {
-    const double* row = &cost.ms[bi * ks.size()];
-    std::printf("%-6d", batches[bi]);
-    for (size_t ki = 0; ki < ks.size(); ++ki) std::printf("  %-9.2f", row[ki]);
-    std::printf("\n%-6s", "");
-    for (size_t ki = 0; ki < ks.size(); ++ki) {
-      std::printf("  x%-8.2f", row[ki] / row[0]);
-      results.push_back({{"batch", batches[bi]}, {"k", ks[ki]}, {"ms", row[ki]}, {"ratio_to_k1", row[ki] / row[0]}});
+  const auto k_index = [&](int k) -> int {
+    for (size_t i = 0; i < ks.size(); ++i)
+      if (ks[i] == k) return int(i);
+    return -1;
+  };
+  std::vector<VariantResult> variants;
+  nlohmann::json per_isa = nlohmann::json::array();
+  for (Isa isa : isas) {
+    set_isa(isa);
+    VariantResult v;
+    v.isa = isa;
+    v.bandwidth_gbs = measure_read_bandwidth_gbs(size_t(1) << 30);
+    v.cost = measure_cost_curve(*model, opt);
+    v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
+    const spec::CostModel& cost = v.cost;
+    std::printf("ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n", isa_name(isa), num_threads(),
+                v.bandwidth_gbs);
+    std::printf("%-6s", "batch");
+    for (int k : ks) std::printf("  k=%-7d", k);
+    std::printf("   (ms per forward; ratio to k=1 below)\n");
+    nlohmann::json points = nlohmann::json::array();
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      const double* row = &cost.ms[bi * ks.size()];
+      std::printf("%-6d", batches[bi]);
+      for (size_t ki = 0; ki < ks.size(); ++ki) std::printf("  %-9.2f", row[ki]);
+      std::printf("\n%-6s", "");
+      for (size_t ki = 0; ki < ks.size(); ++ki) {
+        std::printf("  x%-8.2f", row[ki] / row[0]);
+        points.push_back({{"batch", batches[bi]}, {"k", ks[ki]}, {"ms", row[ki]}, {"ratio_to_k1", row[ki] / row[0]}});
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
+    const double k1_ms = cost.ms[0];
+    const double k1_gbs = weight_gb / (k1_ms / 1e3);
+    per_isa.push_back({{"isa", isa_name(isa)},
+                       {"read_bandwidth_gbs", v.bandwidth_gbs},
+                       {"k1_weight_gbs", k1_gbs},
+                       {"k1_share_of_bandwidth", k1_gbs / v.bandwidth_gbs},
+                       {"prefill_tokens", prefill_tokens},
+                       {"prefill_ms", v.prefill_ms},
+                       {"points", points}});
+    variants.push_back(v);
   }
-  const double k1_ms_b1 = cost.cost_ms(batches[0], 1);
-  const double k1_gbs = k1_ms_b1 > 0 ? weight_gb / (k1_ms_b1 / 1e3) : 0;
-  std::printf("\nk=1, batch 1: %.2f ms = %.1f GB/s of weights; measured read bandwidth %.1f GB/s -> %.0f%%\n",
-              k1_ms_b1, k1_gbs, bandwidth, 100.0 * k1_gbs / bandwidth);
+  // Side by side: batch 1 (the first batch size).
+  std::printf("\nbatch %d, context %d, %d threads, %.3f GB of weights; CPU %s, L3 %.0f MiB\n", batches[0], context,
+              num_threads(), weight_gb, cpu_model_name().c_str(), double(l3_cache_bytes()) / (1 << 20));
+  std::printf("%-11s %9s %9s %9s %6s %8s %8s %12s %11s %8s\n", "isa", "bw GB/s", "k=1 ms", "wts GB/s", "% bw",
+              "k8/k1", "k16/k1", "prefill t/s", "decode t/s", "pf/dec");
+  for (const VariantResult& v : variants) {
+    const double k1 = v.cost.ms[0];
+    const int i8 = k_index(8), i16 = k_index(16);
+    const double k1_gbs = weight_gb / (k1 / 1e3);
+    const double prefill_tps = prefill_tokens / (v.prefill_ms / 1e3), decode_tps = 1e3 / k1;
+    std::printf("%-11s %9.1f %9.2f %9.1f %5.0f%% %8s %8s %12.1f %11.2f %7.1fx\n", isa_name(v.isa), v.bandwidth_gbs, k1,
+                k1_gbs, 100 * k1_gbs / v.bandwidth_gbs,
+                i8 >= 0 ? cat("x", int(v.cost.ms[i8] / k1 * 100) / 100.0).c_str() : "-",
+                i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill_tps, decode_tps,
+                prefill_tps / decode_tps);
+  }
   nlohmann::json out{{"model", model_dir},
                      {"context", context},
                      {"threads", num_threads()},
                      {"weight_gb", weight_gb},
-                     {"read_bandwidth_gbs", bandwidth},
-                     {"k1_weight_gbs", k1_gbs},
-                     {"k1_share_of_bandwidth", k1_gbs / bandwidth},
-                     {"points", results}};
+                     {"cpu", cpu_model_name()},
+                     {"l3_bytes", l3_cache_bytes()},
+                     {"variants", per_isa}};
   std::ofstream(json_out) << out.dump(2) << "\n";
   std::printf("wrote %s\n", json_out.c_str());
   return 0;

@@ -1,4 +1,5 @@
-// Micro benchmark of Linear: GB/s of weights at M=1 and the cost of M rows relative to M=1, per backend.
+// Micro benchmark of Linear: GB/s of weights at M=1 and the cost of M rows relative to M=1, per ISA variant
+// (all the CPU supports but scalar, or the comma-separated list in $BENCH_ISAS, e.g. avx2,avx512).
 // Weights are cycled over enough layer copies (>= 256 MiB) that every forward streams them from DRAM, as in a
 // real model. Prints the minimum and the median over repetitions: the machine is shared and noisy, and the
 // minimum is the best estimate of the kernel's own speed. Ratios are of minima.
@@ -9,8 +10,7 @@
 // Measured on the project machine (Xeon family 6 model 207, 2 vCPUs, 260 MiB L3), 1 thread, CPU clock, while
 // ~5 other jobs ran (memory bandwidth shared, so GB/s are low; 2-thread wall-clock runs were swamped by the load):
 //   bf16 2048x2048, DRAM-streamed: packed M=1 9-12 GB/s, M=8 1.2-1.6x M=1, M=64 5.3-6.6x;
-//                                  oneDNN brg:avx512_core_bf16 9-11 GB/s, M=8 1.6-1.8x, M=64 8-9x
-//   bf16 3072x1024, DRAM-streamed: packed M=1 8-10 GB/s, M=8 1.35-1.5x, M=64 5-6x; oneDNN M=8 1.75-1.85x, M=64 8-8.5x
+//                                  oneDNN brg:avx512_core_bf16 (since dropped) 9-11 GB/s, M=8 1.6-1.8x, M=64 8-9x
 //   bf16 256x512 (L2-resident), M=64: packed 60-75 GMAC/s (70-85% of the 87 GMAC/s zmm-FMA peak), oneDNN ~32
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/timer.h"
 #include "kernels/linear.h"
+#include "kernels/ops.h"
 
 using namespace ts;
 using namespace ts::kernels;
@@ -44,7 +45,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void bench_shape(int out, int in, DType compute, LinearBackend backend, size_t total_mib) {
+void bench_shape(int out, int in, DType compute, Isa isa, size_t total_mib) {
+  set_isa(isa);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> w(size_t(out) * in);  // [out, in] bf16
@@ -52,7 +54,7 @@ void bench_shape(int out, int in, DType compute, LinearBackend backend, size_t t
   const size_t layer_bytes = w.size() * (compute == DType::BF16 ? 2 : 4);
   const int copies = int(std::max<size_t>(2, total_mib * 1024 * 1024 / layer_bytes));
   std::vector<Linear> layers;
-  for (int i = 0; i < copies; ++i) layers.emplace_back(w.data(), DType::BF16, out, in, compute, backend);
+  for (int i = 0; i < copies; ++i) layers.emplace_back(w.data(), DType::BF16, out, in, compute);
 
   const int max_rows = 64;
   std::vector<float> x(size_t(max_rows) * in), y(size_t(max_rows) * out);
@@ -60,7 +62,7 @@ void bench_shape(int out, int in, DType compute, LinearBackend backend, size_t t
   std::printf("%5dx%-5d %-4s %-20s", out, in, dtype_name(compute), layers[0].backend_name());
   double t1 = 0;
   for (int rows : {1, 2, 4, 8, 16, 32, 64}) {
-    for (auto& l : layers) l.forward(x.data(), rows, y.data());  // warm-up (and oneDNN primitive creation)
+    for (auto& l : layers) l.forward(x.data(), rows, y.data());  // warm-up
     std::vector<double> per_layer_us;
     for (int rep = 0; rep < 9; ++rep) {
       double t0 = clock_ms();
@@ -99,10 +101,22 @@ int main(int argc, char** argv) {
     }
     shapes = {{out, in}};
   }
+  std::vector<Isa> isas;
+  if (const char* list = std::getenv("BENCH_ISAS")) {
+    std::string names = list;
+    for (size_t pos = 0; pos <= names.size();) {
+      const size_t comma = std::min(names.find(',', pos), names.size());
+      isas.push_back(parse_isa(names.substr(pos, comma - pos)));
+      pos = comma + 1;
+    }
+  } else {
+    for (Isa isa : supported_isas())
+      if (isa != Isa::Scalar) isas.push_back(isa);
+  }
   for (auto [out, in] : shapes) {
     for (DType compute : {DType::BF16, DType::F32}) {
       if (which != "all" && which != (compute == DType::BF16 ? "bf16" : "f32")) continue;
-      for (LinearBackend b : {LinearBackend::Auto, LinearBackend::OneDnn}) bench_shape(out, in, compute, b, mib);
+      for (Isa isa : isas) bench_shape(out, in, compute, isa, mib);
     }
   }
 }

@@ -2,6 +2,14 @@
 
 #include <omp.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/error.h"
+
 namespace ts {
 
 const CpuFeatures& cpu_features() {
@@ -12,10 +20,134 @@ const CpuFeatures& cpu_features() {
     f.fma = __builtin_cpu_supports("fma");
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
     f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+    // GCC 12's __builtin_cpu_supports has no "f16c": CPUID leaf 1, ECX bit 29.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+    f.f16c = (ecx >> 29) & 1;
     return f;
   }();
   return features;
+}
+
+namespace {
+
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16};
+
+// -1 until first use; then the Isa as an int.
+std::atomic<int> g_active_isa{-1};
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512bf16";
+  }
+  return "?";
+}
+
+Isa parse_isa(const std::string& name) {
+  for (Isa isa : kAllIsas)
+    if (name == isa_name(isa)) return isa;
+  TS_FAIL("unknown ISA variant '", name, "': expected one of scalar, avx2, avx512, avx512bf16");
+}
+
+std::string missing_features(Isa isa) { return missing_features(isa, cpu_features()); }
+
+std::string missing_features(Isa isa, const CpuFeatures& f) {
+  std::string missing;
+  auto need = [&](bool have, const char* name) {
+    if (!have) missing += missing.empty() ? name : std::string(" ") + name;
+  };
+  if (isa >= Isa::Avx2) {
+    need(f.avx2, "avx2");
+    need(f.fma, "fma");
+    need(f.f16c, "f16c");
+  }
+  if (isa >= Isa::Avx512) {
+    need(f.avx512f, "avx512f");
+    need(f.avx512bw, "avx512bw");
+    need(f.avx512vl, "avx512vl");
+  }
+  if (isa == Isa::Avx512Bf16) need(f.avx512_bf16, "avx512_bf16");
+  return missing;
+}
+
+bool isa_supported(Isa isa) { return missing_features(isa).empty(); }
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas)
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+Isa best_isa() { return supported_isas().back(); }
+
+Isa isa_from_request(const std::string& value, const CpuFeatures& f) {
+  Isa wanted = Isa::Scalar;
+  try {
+    wanted = parse_isa(value);
+  } catch (const Error&) {
+    TS_FAIL("TREESPARK_ISA=", value, " is not an ISA variant: expected one of scalar, avx2, avx512, avx512bf16");
+  }
+  const std::string missing = missing_features(wanted, f);
+  TS_CHECK(missing.empty(), "TREESPARK_ISA=", value, ": this CPU lacks ", missing, ", which the ", value,
+           " kernels need");
+  return wanted;
+}
+
+void set_isa(Isa isa) {
+  const std::string missing = missing_features(isa);
+  TS_CHECK(missing.empty(), "ISA variant '", isa_name(isa), "' needs CPU features this CPU lacks: ", missing,
+           " (supported here: ", isa_summary(), ")");
+  g_active_isa.store(int(isa), std::memory_order_relaxed);
+}
+
+Isa active_isa() {
+  const int current = g_active_isa.load(std::memory_order_relaxed);
+  if (current >= 0) return Isa(current);
+  Isa chosen = best_isa();
+  if (const char* env = std::getenv("TREESPARK_ISA"); env != nullptr && *env != '\0')
+    chosen = isa_from_request(env, cpu_features());
+  int expected = -1;
+  g_active_isa.compare_exchange_strong(expected, int(chosen), std::memory_order_relaxed);
+  return Isa(g_active_isa.load(std::memory_order_relaxed));
+}
+
+std::string isa_summary() {
+  std::string s;
+  for (Isa isa : supported_isas()) s += s.empty() ? isa_name(isa) : std::string(" ") + isa_name(isa);
+  return s;
+}
+
+size_t l3_cache_bytes() {
+  const long sys = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (sys > 0) return size_t(sys);
+  // sysfs: "105M" or "32768K"; index3 is the L3 on x86 Linux.
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  size_t value = 0;
+  char unit = 0;
+  if (!(in >> value)) return 0;
+  in >> unit;
+  return unit == 'M' ? value << 20 : unit == 'K' ? value << 10 : value;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU", family, model;
+  auto value = [&] { return line.substr(line.find(':') + 2); };
+  while (std::getline(in, line) && !line.empty()) {  // the first processor's block
+    if (line.find(':') == std::string::npos || line.find(':') + 2 > line.size()) continue;
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model\t", 0) == 0) model = value();
+  }
+  return family.empty() ? name : name + " (family " + family + " model " + model + ")";
 }
 
 void set_num_threads(int n) {

@@ -1,19 +1,60 @@
-// CPU features found at run time, and the thread count shared by our kernels and oneDNN (both use OpenMP).
+// CPU features found at run time, the SIMD variant ("ISA") the kernels run, and the thread count shared by our
+// kernels (OpenMP).
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 namespace ts {
 
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
+  bool f16c = false;
   bool avx512f = false;
   bool avx512bw = false;
+  bool avx512vl = false;
   bool avx512_bf16 = false;
 };
 
 const CpuFeatures& cpu_features();
+
+// The kernel variants, in increasing order of what they need from the CPU:
+//   scalar      the scalar references (kernels::ref, ref::softmax_f32) and the portable GEMM; runs anywhere
+//   avx2        AVX2 + FMA (+ F16C): 8-lane kernels
+//   avx512      AVX-512 F/BW/VL + FMA: 16-lane kernels from the same sources
+//   avx512bf16  avx512, with the bf16 GEMM on vdpbf16ps (AVX-512-BF16)
+// Every variant is batch-invariant on its own (a row's bits never depend on the batch or the thread count), so
+// greedy speculative decoding is exact under each; results differ slightly between variants.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
+
+const char* isa_name(Isa isa);
+// "scalar" | "avx2" | "avx512" | "avx512bf16" -> Isa; throws ts::Error for another name.
+Isa parse_isa(const std::string& name);
+bool isa_supported(Isa isa);          // does this CPU have what the variant needs?
+std::vector<Isa> supported_isas();    // every variant this CPU runs, scalar first
+Isa best_isa();                       // the last of supported_isas()
+// The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
+// (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
+// is not a variant's name.
+Isa active_isa();
+// Switches every kernel to `isa` (process-wide; packed weights need no repacking). Throws ts::Error when the CPU
+// lacks it. Not meant to be called while another thread runs kernels.
+void set_isa(Isa isa);
+// The features `isa` needs that this CPU (or `f`) lacks, e.g. "avx512bw avx512_bf16"; empty when supported.
+std::string missing_features(Isa isa);
+std::string missing_features(Isa isa, const CpuFeatures& f);
+// What $TREESPARK_ISA = `value` selects on a CPU with features `f`: the named variant, or ts::Error naming the
+// missing features (or the valid names). active_isa() applies it to this CPU.
+Isa isa_from_request(const std::string& value, const CpuFeatures& f);
+// The supported variants as one line for logs and errors, e.g. "scalar avx2 avx512 avx512bf16".
+std::string isa_summary();
+
+// For benchmark reports: the L3 size in bytes (0 if unknown), and the CPU's model name from /proc/cpuinfo.
+size_t l3_cache_bytes();
+std::string cpu_model_name();
+
 void set_num_threads(int n);  // n <= 0: leave OpenMP's default
 int num_threads();
 // Threads to use when the user did not say: one for small models, whose per-op work (a few microseconds) is

@@ -8,8 +8,8 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
-#include "kernels/cpu/dnnl_matmul.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/simd_kernels.h"
 
 namespace ts::kernels {
 
@@ -52,28 +52,16 @@ std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n)
   return out;
 }
 
-LinearBackend resolve(LinearBackend requested, DType compute) {
-  if (requested != LinearBackend::Auto) return requested;
-  const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw && f.fma ? LinearBackend::Packed : LinearBackend::Portable;
-}
-
 }  // namespace
 
 struct Linear::Impl {
   int out_features = 0, in_features = 0;
   DType compute = DType::BF16;
-  LinearBackend backend = LinearBackend::Portable;
-  std::unique_ptr<void, FreeDeleter> packed;  // Packed / Portable: see gemm_packed.h for the layout
+  std::unique_ptr<void, FreeDeleter> packed;  // see gemm_packed.h for the layout (the same for every ISA)
   size_t packed_bytes = 0;
-  std::unique_ptr<cpu::DnnlMatmul> dnnl;  // OneDnn
 };
 
 Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute)
-    : Linear(weight, weight_dtype, out_features, in_features, compute, LinearBackend::Auto) {}
-
-Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute,
-               LinearBackend backend)
     : impl_(std::make_unique<Impl>()) {
   TS_CHECK(out_features > 0 && in_features > 0, "Linear: expected positive shape, got ", out_features, "x",
            in_features);
@@ -85,11 +73,6 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   m.out_features = out_features;
   m.in_features = in_features;
   m.compute = compute;
-  m.backend = resolve(backend, compute);
-  if (m.backend == LinearBackend::Packed) {
-    const CpuFeatures& f = cpu_features();
-    TS_CHECK(f.avx512f && f.avx512bw && f.fma, "Linear: the packed kernel needs AVX-512F/BW and FMA");
-  }
   const size_t n = size_t(out_features) * in_features;
   if (compute == DType::BF16) {
     // Checkpoint already in the compute type: pack straight from it (an lm_head can be ~300 MB).
@@ -99,13 +82,9 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
       converted = weights_as_bf16(weight, weight_dtype, n);
       w = converted.data();
     }
-    if (m.backend == LinearBackend::OneDnn) {
-      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w, true, out_features, in_features);
-    } else {
-      m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
-      m.packed.reset(aligned_bytes(m.packed_bytes));
-      cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
-    }
+    m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
+    m.packed.reset(aligned_bytes(m.packed_bytes));
+    cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
   } else {
     std::vector<float> converted;
     const float* w = static_cast<const float*>(weight);  // [out, in]
@@ -113,13 +92,9 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
       converted = weights_as_f32(weight, weight_dtype, n);
       w = converted.data();
     }
-    if (m.backend == LinearBackend::OneDnn) {
-      m.dnnl = std::make_unique<cpu::DnnlMatmul>(w, false, out_features, in_features);
-    } else {
-      m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
-      m.packed.reset(aligned_bytes(m.packed_bytes));
-      cpu::pack_f32(w, out_features, in_features, static_cast<float*>(m.packed.get()));
-    }
+    m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
+    m.packed.reset(aligned_bytes(m.packed_bytes));
+    cpu::pack_f32(w, out_features, in_features, static_cast<float*>(m.packed.get()));
   }
 }
 
@@ -131,47 +106,55 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 void Linear::forward(const float* x, int rows, float* y) const {
   const Impl& m = *impl_;
   TS_CHECK(rows >= 1, "Linear::forward: expected rows >= 1, got ", rows);
+  const Isa isa = active_isa();
   if (m.compute == DType::F32) {
-    if (m.backend == LinearBackend::OneDnn) return m.dnnl->forward(x, rows, y);
     const float* w = static_cast<const float*>(m.packed.get());
-    if (m.backend == LinearBackend::Packed) return cpu::gemm_f32_avx512(x, w, y, rows, m.out_features, m.in_features);
-    return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
+    switch (isa) {
+      case Isa::Avx512:
+      case Isa::Avx512Bf16: return cpu::avx512::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
+      case Isa::Avx2: return cpu::avx2::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
+      case Isa::Scalar: return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
+    }
   }
-  if (m.backend == LinearBackend::OneDnn) {
-    thread_local std::vector<uint16_t> x_bits;  // [rows, in] bf16 bits
-    x_bits.resize(size_t(rows) * m.in_features);
-    cpu::convert_f32_to_bf16(x, x_bits.data(), int64_t(rows) * m.in_features);
-    return m.dnnl->forward(x_bits.data(), rows, y);
+  const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
+  const int kp = cpu::gemm_k_padded_bf16(m.in_features);
+  if (isa == Isa::Avx512Bf16) {
+    thread_local std::vector<uint32_t> x_pairs;  // [rows, k_padded / 2] bf16 pairs (uint32 for alignment)
+    x_pairs.resize(size_t(rows) * kp / 2);
+    uint16_t* x_bits = reinterpret_cast<uint16_t*>(x_pairs.data());  // [rows, k_padded]
+    cpu::avx512bf16::convert_rows_to_bf16(x, rows, m.in_features, x_bits);
+    return cpu::avx512bf16::gemm_bf16(x_bits, w, y, rows, m.out_features, m.in_features);
   }
   // Activations rounded to bf16 values, as f32: [rows, k_padded], zero in the padding column (the packed GEMM
   // reads k in pairs).
-  const int kp = cpu::gemm_k_padded_bf16(m.in_features);
   thread_local std::vector<float> x_rounded;
   x_rounded.resize(size_t(rows) * kp);
   for (int r = 0; r < rows; ++r) {
     cpu::round_to_bf16(x + size_t(r) * m.in_features, x_rounded.data() + size_t(r) * kp, m.in_features);
     if (kp != m.in_features) x_rounded[size_t(r) * kp + m.in_features] = 0.0f;
   }
-  const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
-  if (m.backend == LinearBackend::Packed)
-    return cpu::gemm_bf16_avx512(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
-  cpu::gemm_bf16_scalar(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+  switch (isa) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16: return cpu::avx512::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+    case Isa::Avx2: return cpu::avx2::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+    case Isa::Scalar: return cpu::gemm_bf16_scalar(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+  }
 }
 
 int Linear::out_features() const { return impl_->out_features; }
 int Linear::in_features() const { return impl_->in_features; }
 DType Linear::compute_type() const { return impl_->compute; }
-size_t Linear::weight_bytes() const { return impl_->dnnl ? impl_->dnnl->weight_bytes() : impl_->packed_bytes; }
-LinearBackend Linear::backend() const { return impl_->backend; }
+size_t Linear::weight_bytes() const { return impl_->packed_bytes; }
 
 const char* Linear::backend_name() const {
-  switch (impl_->backend) {
-    case LinearBackend::Packed: return impl_->compute == DType::BF16 ? "packed-avx512-bf16w" : "packed-avx512-f32";
-    case LinearBackend::Portable: return "portable";
-    case LinearBackend::OneDnn: return impl_->dnnl->impl_name();
-    case LinearBackend::Auto: break;
+  const bool bf16 = impl_->compute == DType::BF16;
+  switch (active_isa()) {
+    case Isa::Avx512Bf16: return bf16 ? "packed-avx512bf16-dpbf16" : "packed-avx512-f32";
+    case Isa::Avx512: return bf16 ? "packed-avx512-bf16" : "packed-avx512-f32";
+    case Isa::Avx2: return bf16 ? "packed-avx2-bf16" : "packed-avx2-f32";
+    case Isa::Scalar: break;
   }
-  return "auto";
+  return bf16 ? "portable-bf16" : "portable-f32";
 }
 
 }  // namespace ts::kernels

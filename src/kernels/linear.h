@@ -1,4 +1,5 @@
-// A linear layer y = x W^T with weights packed once at load for the matmul library (oneDNN).
+// A linear layer y = x W^T with weights packed once at load into the column-group layout (kernels/cpu/gemm_packed.h)
+// that every ISA variant's GEMM reads.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +9,6 @@
 
 namespace ts::kernels {
 
-// Which GEMM runs a Linear. Auto = Packed on AVX-512F CPUs (our column-group kernel, batch-invariant by
-// construction: src/kernels/cpu/gemm_packed.h), else Portable (same layout and order, scalar loop). OneDnn is
-// kept for comparison (bench_linear): it was batch-invariant in our runs, but nothing in oneDNN promises that.
-enum class LinearBackend { Auto, Packed, Portable, OneDnn };
-
 class Linear {
  public:
   // weight: [out_features, in_features] row-major as stored by Hugging Face, of dtype F32, F16 or BF16.
@@ -20,22 +16,21 @@ class Linear {
   // F16 weights are converted at load to the compute type.
   Linear();  // empty until assigned
   Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute);
-  Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute,
-         LinearBackend backend);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
 
   // x: [rows, in_features] f32 -> y: [rows, out_features] f32. Any rows >= 1.
-  // A row's output never depends on the other rows or on `rows` (bit-identical for every batch shape).
+  // Runs the active ISA variant's GEMM (core/cpu.h). Within a variant, a row's output never depends on the other
+  // rows, on `rows` or on the thread count (bit-identical for every batch shape). avx2 and avx512 give the same
+  // bits; avx512bf16 (vdpbf16ps, for bf16 compute) and scalar differ from them in the last bits.
   void forward(const float* x, int rows, float* y) const;
 
   int out_features() const;
   int in_features() const;
   DType compute_type() const;
   size_t weight_bytes() const;  // bytes of packed weights streamed per forward
-  LinearBackend backend() const;
-  const char* backend_name() const;
+  const char* backend_name() const;  // the GEMM the active variant runs, e.g. "packed-avx2-bf16"
 
  private:
   struct Impl;

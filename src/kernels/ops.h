@@ -1,12 +1,15 @@
 // Device-neutral signatures of the CPU kernels the model needs. Every op has a scalar reference (ref::) and a
-// fast version (the plain name) chosen at run time by CPU features; tests/kernels checks fast against ref.
+// fast version (the plain name) that runs the active ISA variant (core/cpu.h: avx2, avx512, avx512bf16, or scalar
+// = the references), chosen at run time; tests/kernels checks every variant the CPU has against ref.
 // All activations are f32, row-major. "rows" is the number of tokens in the batch.
 // Every fast op computes a row (or element) with the same instructions whatever the batch around it and the
 // thread count (vector tails are masked, never a scalar loop), so batch shape never changes a result's bits.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
 
 namespace ts::kernels {
@@ -61,8 +64,21 @@ void add(float* dst, const float* src, int64_t n);
 // Throws ts::Error for an id outside [0, vocab) (ids come from user input).
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out);
 
-// Which implementation the plain-named ops run on this CPU: "avx512" or "scalar" (the ref:: versions).
-const char* ops_isa();
+// The draft softmax's two passes (sampling/softmax_f32.h checks the input between them):
+// scaled_max = max_i logits[i] * scale, NaN if any product is NaN; logits: [n].
+float scaled_max(const float* logits, int n, float scale);
+// out[i] = exp(logits[i] * scale - max_z) / sum, exponents below -87.3 (and -inf logits) giving exactly 0;
+// logits, out: [n] (may alias); max_z finite.
+void exp_normalize(const float* logits, int n, float scale, float max_z, float* out);
+
+// The ISA variant the plain-named ops (and Linear) run now, and how to switch it: core/cpu.h's functions, also
+// reachable as kernels::set_isa etc. (process-wide). set_isa throws ts::Error for a variant the CPU lacks.
+using ts::active_isa;
+using ts::Isa;
+using ts::set_isa;
+using ts::supported_isas;
+const char* ops_isa();  // isa_name(active_isa())
+int simd_lanes();       // f32 lanes of the active variant's vectors: 16, 8, or 1 (scalar)
 
 namespace ref {
 void add(float* dst, const float* src, int64_t n);

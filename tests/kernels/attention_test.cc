@@ -17,6 +17,7 @@ namespace ts::kernels {
 namespace {
 
 using testing::bit_differences;
+using testing::PerIsa;
 using testing::kU32;
 using testing::random_normal;
 
@@ -52,11 +53,12 @@ std::vector<int> random_tree(int nodes, std::mt19937& rng) {
   return parent;
 }
 
-// |fast - ref| bound per output element. With E = max over visible j of the score's error (dot product:
-// (hd/16 + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
-// the normaliser <= E + (n_vis/16 + 4) u, and the weighted sum adds n_vis u relative to sum p|v|. So
-// |err_d| <= A_d (2E + (n_vis + n_vis/16 + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j; doubled for slack.
+// |fast - ref| bound per output element, for vectors of W lanes. With E = max over visible j of the score's error
+// (dot product: (hd/W + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
+// the normaliser <= E + (n_vis/W + 4) u, and the weighted sum adds n_vis u relative to sum p|v|. So
+// |err_d| <= A_d (2E + (n_vis + n_vis/W + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j; doubled for slack.
 void expect_close_to_reference(const Problem& p, const std::vector<float>& fast) {
+  const double W = simd_lanes();
   std::vector<float> ref(fast.size());
   ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref.data(), p.n_q, p.n_kv, p.n_heads,
                  p.n_kv_heads, p.head_dim, p.scale());
@@ -81,7 +83,7 @@ void expect_close_to_reference(const Problem& p, const std::vector<float>& fast)
       std::vector<double> A(hd, 0.0);
       for (int j = 0; j < p.n_kv; ++j) {
         if (!p.visible[size_t(i) * p.n_kv + j]) continue;
-        E = std::max(E, ((hd / 16.0 + 4) * abs_dot[j] + std::abs(s[j] - max_s) + 2) * kU32);
+        E = std::max(E, ((hd / W + 4) * abs_dot[j] + std::abs(s[j] - max_s) + 2) * kU32);
         const double pj = std::exp(s[j] - max_s);
         sum_p += pj;
         const float* v = &p.v[(size_t(j) * p.n_kv_heads + kvh) * hd];
@@ -89,7 +91,7 @@ void expect_close_to_reference(const Problem& p, const std::vector<float>& fast)
       }
       for (int d = 0; d < hd; ++d) {
         const size_t o = (size_t(i) * p.n_heads + h) * hd + d;
-        const double tol = 2.0 * A[d] / sum_p * (2 * E + (n_vis + n_vis / 16.0 + 8) * kU32);
+        const double tol = 2.0 * A[d] / sum_p * (2 * E + (n_vis + n_vis / W + 8) * kU32);
         ASSERT_NEAR(fast[o], ref[o], tol) << "row " << i << " head " << h << " d " << d;
       }
     }
@@ -102,11 +104,16 @@ std::vector<float> run_fast(const Problem& p) {
   return out;
 }
 
-TEST(Attention, MatchesReferenceOverShapesAndMasks) {
+class Attention : public PerIsa {};
+TS_INSTANTIATE_PER_ISA(Attention);
+
+TEST_P(Attention, MatchesReferenceOverShapesAndMasks) {
   std::mt19937 rng(42);
   struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
-  // head_dim 32/64/128 and an odd 48 + 200 (masked tails, > 128 register block); GQA ratios 1, 2, 4.
+  // head_dim 32/64/128, 48 + 200 (not multiples of 16: masked tails, > 128 register block), 36 and 20 (not
+  // multiples of 8); query rows 1, 3, 8, 17, 64; GQA ratios 1, 2, 4.
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{3, 17, 4, 4, 32}, Shape{7, 40, 8, 4, 64}, Shape{16, 70, 16, 4, 128},
+                  Shape{17, 29, 4, 2, 36}, Shape{8, 23, 2, 1, 20}, Shape{64, 80, 2, 2, 24},
                   Shape{5, 33, 4, 2, 48}, Shape{4, 9, 2, 1, 200}}) {
     Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
     // Random masks, each row seeing at least one key.
@@ -124,7 +131,7 @@ TEST(Attention, MatchesReferenceOverShapesAndMasks) {
   }
 }
 
-TEST(Attention, TreeRowsEqualSequentialForwardBitForBit) {
+TEST_P(Attention, TreeRowsEqualSequentialForwardBitForBit) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 6; ++trial) {
     const int nodes = 1 + int(rng() % 24), prefix = int(rng() % 50);
@@ -153,7 +160,7 @@ TEST(Attention, TreeRowsEqualSequentialForwardBitForBit) {
   }
 }
 
-TEST(Attention, MaskedKeysContributeNothing) {
+TEST_P(Attention, MaskedKeysContributeNothing) {
   Problem p = make_problem(4, 20, 4, 2, 64, 99);
   for (int i = 0; i < p.n_q; ++i)
     for (int j = 0; j < p.n_kv; ++j) p.visible[size_t(i) * p.n_kv + j] = (j % 8 == i) || j == 0;  // keys 4-7, 12-15 unseen
@@ -180,7 +187,7 @@ TEST(Attention, MaskedKeysContributeNothing) {
 }
 
 // A head-major cache with spare capacity, addressed by strides, gives the same bits as the row-major layout.
-TEST(Attention, StridedHeadMajorLayoutGivesSameBits) {
+TEST_P(Attention, StridedHeadMajorLayoutGivesSameBits) {
   std::mt19937 rng(5);
   const int prefix = 37, nodes = 9, capacity = 64, kv_heads = 2, heads = 8, hd = 64;
   Problem p = make_problem(nodes, prefix + nodes, heads, kv_heads, hd, 17);
@@ -204,7 +211,7 @@ TEST(Attention, StridedHeadMajorLayoutGivesSameBits) {
   EXPECT_EQ(bit_differences(ref_strided.data(), ref_plain.data(), ref_plain.size()), 0u);
 }
 
-TEST(Attention, RejectsBadArguments) {
+TEST_P(Attention, RejectsBadArguments) {
   Problem p = make_problem(2, 3, 4, 2, 32, 1);
   p.visible = {1, 0, 0, 0, 0, 0};  // row 1 sees nothing
   std::vector<float> out(p.q.size());

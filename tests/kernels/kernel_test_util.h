@@ -1,4 +1,5 @@
-// Shared helpers for the kernel tests: seeded random data and bit-exact comparison.
+// Shared helpers for the kernel tests: seeded random data, bit-exact comparison, and a fixture that runs a test
+// once per ISA variant this CPU supports (scalar, avx2, avx512, avx512bf16: core/cpu.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,7 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "core/cpu.h"
 
 namespace ts::kernels::testing {
 
@@ -28,4 +32,34 @@ inline size_t bit_differences(const float* a, const float* b, size_t n) {
   return diff;
 }
 
+// TEST_P fixtures derived from this run with every supported variant active (and restore the previous one).
+// Instantiate with TS_INSTANTIATE_PER_ISA(Fixture).
+class PerIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    saved_ = active_isa();
+    set_isa(GetParam());
+  }
+  void TearDown() override { set_isa(saved_); }
+  // f32 lanes of the variant's vectors (16, 8; 1 for scalar): reduction-chain lengths in the error bounds.
+  double lanes() const {
+    switch (GetParam()) {
+      case Isa::Avx512:
+      case Isa::Avx512Bf16: return 16;
+      case Isa::Avx2: return 8;
+      case Isa::Scalar: break;
+    }
+    return 1;
+  }
+
+ private:
+  Isa saved_ = Isa::Scalar;
+};
+
+inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
+
 }  // namespace ts::kernels::testing
+
+#define TS_INSTANTIATE_PER_ISA(fixture)                                                                   \
+  INSTANTIATE_TEST_SUITE_P(Isa, fixture, ::testing::ValuesIn(::ts::supported_isas()),                      \
+                           ::ts::kernels::testing::isa_test_name)

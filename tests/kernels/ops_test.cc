@@ -1,5 +1,6 @@
 // Fast element-wise and row-wise ops (ops.h) against the double-precision references, with tolerances derived
-// from each op's rounding analysis, plus the batch-invariance property every op must keep.
+// from each op's rounding analysis, plus the batch-invariance property every op must keep; every test runs once
+// per ISA variant the CPU supports (Isa/Ops.<name>/<variant>).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@ namespace ts::kernels {
 namespace {
 
 using testing::bit_differences;
+using testing::PerIsa;
 using testing::kU32;
 using testing::random_normal;
 
@@ -25,9 +27,17 @@ std::vector<float> freqs(float theta, int head_dim) {
   return f;
 }
 
-TEST(Ops, ReportsIsa) { std::printf("ops ISA: %s\n", ops_isa()); }
+class Ops : public PerIsa {};
+TS_INSTANTIATE_PER_ISA(Ops);
 
-TEST(Ops, AddMatchesReferenceExactly) {
+TEST_P(Ops, ReportsIsa) {
+  EXPECT_EQ(active_isa(), GetParam());
+  EXPECT_STREQ(ops_isa(), isa_name(GetParam()));
+  EXPECT_EQ(double(simd_lanes()), lanes());
+  std::printf("ops ISA: %s (supported: %s)\n", ops_isa(), isa_summary().c_str());
+}
+
+TEST_P(Ops, AddMatchesReferenceExactly) {
   for (int64_t n : {1, 15, 16, 17, 1000, 200003}) {
     auto a = random_normal(n, 1.0f, 1), b = random_normal(n, 1.0f, 2);
     auto fast = a, ref = a;
@@ -37,7 +47,7 @@ TEST(Ops, AddMatchesReferenceExactly) {
   }
 }
 
-TEST(Ops, RmsnormMatchesReference) {
+TEST_P(Ops, RmsnormMatchesReference) {
   for (int dim : {1, 7, 16, 64, 100, 1024, 2049}) {
     const int rows = 5;
     auto x = random_normal(size_t(rows) * dim, 3.0f, dim);
@@ -45,9 +55,9 @@ TEST(Ops, RmsnormMatchesReference) {
     std::vector<float> fast(x.size()), ref(x.size());
     rmsnorm(x.data(), w.data(), fast.data(), rows, dim, 1e-6f);
     ref::rmsnorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f);
-    // The mean square is a sum of positive terms over chains of dim/16 FMAs plus a 16-lane reduction: relative
-    // error <= (dim/16 + 4) u; the rsqrt halves it and adds ~2 u; two products add 2 u. Factor 2 for slack.
-    const double rel = 2.0 * ((dim / 16.0 + 4.0) / 2.0 + 4.0) * kU32;
+    // The mean square is a sum of positive terms over chains of dim/W FMAs (W lanes) plus a W-lane reduction:
+    // relative error <= (dim/W + 4) u; the rsqrt halves it and adds ~2 u; two products add 2 u. Factor 2 for slack.
+    const double rel = 2.0 * ((dim / lanes() + 4.0) / 2.0 + 4.0) * kU32;
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(fast[i], ref[i], rel * std::abs(ref[i]) + 1e-30) << dim << " " << i;
     // In place gives the same bits.
     auto in_place = x;
@@ -56,7 +66,7 @@ TEST(Ops, RmsnormMatchesReference) {
   }
 }
 
-TEST(Ops, RopeMatchesReferenceAndHuggingFaceDefinition) {
+TEST_P(Ops, RopeMatchesReferenceAndHuggingFaceDefinition) {
   for (int head_dim : {32, 64, 128, 6}) {
     const int rows = 4, heads = 3;
     auto x = random_normal(size_t(rows) * heads * head_dim, 1.0f, head_dim);
@@ -90,17 +100,24 @@ TEST(Ops, RopeMatchesReferenceAndHuggingFaceDefinition) {
   EXPECT_THROW(rope(x.data(), &p1, 1, 1, 3, freqs(10000.0f, 3).data(), 1.0f), Error);
 }
 
-TEST(Ops, SwigluMatchesReference) {
+TEST_P(Ops, SwigluMatchesReference) {
   for (int64_t n : {1, 13, 16, 33, 3072, 100001}) {
     auto g = random_normal(n, 4.0f, n), u = random_normal(n, 1.0f, n + 1);
-    g[0] = -90.0f;  // exp(-g) overflows to inf: silu -> -0 where the double reference gives ~ -1e-37
+    // A very negative gate: silu(-90) = -90 / (1 + e^90) = -7.4e-38, a normal float. In f32, e^90 overflows to
+    // inf, so a kernel computing g / (1 + exp(-g)) in f32 (the SIMD variants) gets -0, while the reference (and
+    // the scalar variant, which is the reference) computes in double and keeps -7.4e-38 * up. Neither is wrong:
+    // the true value is below 1e-36 in magnitude, and all that matters downstream (a projection with weights
+    // ~0.01-1 added to a residual of size ~1) is that the output is tiny and not NaN. So the check is an
+    // absolute bound of 1e-35 around the reference there, not an exact 0 that only the overflow path gives.
+    g[0] = -90.0f;
     std::vector<float> fast(n), ref(n);
     swiglu(g.data(), u.data(), fast.data(), n);
     ref::swiglu(g.data(), u.data(), ref.data(), n);
     // exp ~2 ulp, then add, divide, multiply: <= 6 u relative; 16 u for slack (plus 1e-35 absolute for the
     // overflowed case above).
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(fast[i], ref[i], 16 * kU32 * std::abs(ref[i]) + 1e-35) << n << " " << i;
-    EXPECT_EQ(fast[0], 0.0f);
+    EXPECT_LE(std::abs(fast[0]), 1e-36f);
+    EXPECT_FALSE(std::isnan(fast[0]));
     // NaN in, NaN out (the exp clamp must not swallow it).
     const float nan_gate = NAN, one = 1.0f;
     float nan_out = 0;
@@ -109,7 +126,7 @@ TEST(Ops, SwigluMatchesReference) {
   }
 }
 
-TEST(Ops, SoftmaxMatchesReference) {
+TEST_P(Ops, SoftmaxMatchesReference) {
   for (int n : {1, 5, 16, 17, 1000, 151936}) {
     auto x = random_normal(n, 3.0f, n);
     if (n > 3) x[2] = -INFINITY;  // a masked logit gets exactly 0
@@ -117,23 +134,25 @@ TEST(Ops, SoftmaxMatchesReference) {
     softmax(fast.data(), n);
     ref::softmax(ref.data(), n);
     const float max_x = *std::max_element(x.begin(), x.end());
-    double total = 0;
+    double total = 0, total_tol = 0;
     for (int i = 0; i < n; ++i) {
       // x - max rounds with error |x - max| u, which exp turns into that relative error; exp ~2 u; the sum
-      // (n/16-long lane chains + reduction) <= (n/16 + 4) u relative; the final product 1 u.
-      const double rel = 2.0 * ((std::isinf(x[i]) ? 0.0 : std::abs(x[i] - max_x)) + n / 16.0 + 8.0) * kU32;
+      // (4 accumulators of W lanes: n/(4W)-long chains + reduction) <= (n/(4W) + 6) u relative; the final
+      // product 1 u. Factor 2 for slack.
+      const double rel = 2.0 * ((std::isinf(x[i]) ? 0.0 : std::abs(x[i] - max_x)) + n / (4 * lanes()) + 9.0) * kU32;
       ASSERT_NEAR(fast[i], ref[i], rel * ref[i] + 1e-37) << n << " " << i;
       total += fast[i];
+      total_tol += rel * ref[i] + 1e-37;
     }
     if (n > 3) {
       EXPECT_EQ(fast[2], 0.0f);
     }
-    EXPECT_NEAR(total, 1.0, 1e-5);
+    EXPECT_NEAR(total, 1.0, total_tol + n * 1e-16);  // the per-element bounds, summed (plus the double sum's own)
   }
 }
 
 // A row's (or element's) result must not depend on the batch around it: compute each row alone and compare bits.
-TEST(Ops, RowwiseOpsAreBatchInvariant) {
+TEST_P(Ops, RowwiseOpsAreBatchInvariant) {
   const int rows = 37, dim = 1000, heads = 4, head_dim = 250;  // odd sizes exercise the masked tails
   auto x = random_normal(size_t(rows) * dim, 2.0f, 5), w = random_normal(dim, 1.0f, 6);
   auto u = random_normal(size_t(rows) * dim, 1.0f, 7);
@@ -155,7 +174,7 @@ TEST(Ops, RowwiseOpsAreBatchInvariant) {
   }
 }
 
-TEST(Ops, EmbedRowsConvertsEachDtype) {
+TEST_P(Ops, EmbedRowsConvertsEachDtype) {
   const int vocab = 11, dim = 19;
   auto table = random_normal(size_t(vocab) * dim, 1.0f, 9);
   std::vector<uint16_t> bf16(table.size()), f16(table.size());

@@ -1,18 +1,33 @@
-// The draft softmax: the dispatched (AVX-512 when available) version against the scalar one and a double
-// reference, masked logits, temperature, and bad input.
+// The draft softmax: the dispatched version under every ISA variant the CPU supports against the scalar one and a
+// double reference, masked logits, temperature, and bad input.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "sampling/softmax_f32.h"
 
 namespace ts {
 namespace {
 
-TEST(SoftmaxF32, MatchesDoubleReference) {
+class SoftmaxF32 : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    saved_ = active_isa();
+    set_isa(GetParam());
+  }
+  void TearDown() override { set_isa(saved_); }
+
+ private:
+  Isa saved_ = Isa::Scalar;
+};
+INSTANTIATE_TEST_SUITE_P(Isa, SoftmaxF32, ::testing::ValuesIn(supported_isas()),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
+
+TEST_P(SoftmaxF32, MatchesDoubleReference) {
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0, 4);
   for (int n : {1, 7, 16, 33, 1000, 8195}) {
@@ -44,14 +59,14 @@ TEST(SoftmaxF32, MatchesDoubleReference) {
   }
 }
 
-TEST(SoftmaxF32, InPlaceAndDeterministic) {
+TEST_P(SoftmaxF32, InPlaceAndDeterministic) {
   std::vector<float> a = {1, 2, 3, -1, 0.5f}, b = a, out(5);
   softmax_f32(a.data(), 5, 1.0f, out.data());
   softmax_f32(b.data(), 5, 1.0f, b.data());
   for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], b[i]);
 }
 
-TEST(SoftmaxF32, RejectsBadInput) {
+TEST_P(SoftmaxF32, RejectsBadInput) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> out(3);
   const std::vector<float> masked = {-inf, -inf, -inf}, nan = {0, std::nanf(""), 1}, plus_inf = {0, inf, 1};

@@ -5,9 +5,10 @@
 // element y[r, o] is one accumulator lane that walks k = 0, 1, 2, ... in order whatever `rows` is (rows only
 // change how many accumulators run side by side), and threads split the output columns, never k.
 //
-// Packed layout (both dtypes): output columns in groups of kGroupCols = 4 panels x 16 lanes. For group g:
-//   bf16: [k_pairs][4 panels][16 lanes][2]  (one 64-byte zmm per panel per k pair: (k even, k odd) per column)
-//   f32:  [k][4 panels][16 lanes]
+// Packed layout (both dtypes, every ISA): output columns in groups of kGroupCols = 64. For group g:
+//   bf16: [k_pairs][64 cols][2]  (per k pair, (k even, k odd) per column: 4 zmm or 8 ymm of 16 / 8 columns)
+//   f32:  [k][64 cols]
+// The layout does not depend on the ISA, so switching variants (set_isa) needs no repacking.
 // Groups are stored one after another; columns >= out_features and k >= in_features are zero.
 #pragma once
 
@@ -16,9 +17,7 @@
 
 namespace ts::kernels::cpu {
 
-constexpr int kLanes = 16;
-constexpr int kGroupPanels = 4;
-constexpr int kGroupCols = kLanes * kGroupPanels;  // 64 output columns per group
+constexpr int kGroupCols = 64;  // output columns per group
 
 inline int gemm_groups(int out_features) { return (out_features + kGroupCols - 1) / kGroupCols; }
 inline int gemm_k_padded_bf16(int in_features) { return (in_features + 1) & ~1; }  // k pairs for vdpbf16ps
@@ -36,22 +35,17 @@ void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16
 // w_f32: [out, in] -> packed: packed_elems_f32(out, in).
 void pack_f32(const float* w_f32, int out_features, int in_features, float* packed);
 
-// x_rounded: [rows, k_padded] f32 activations already rounded to bf16 values (round_to_bf16), zero in the
-// padding column; y: [rows, out_features].
-void gemm_bf16_avx512(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
-                      int in_features);
-void gemm_f32_avx512(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
+// The kernels (per ISA: simd_kernels.h) take x_rounded: [rows, k_padded] f32 activations already rounded to
+// bf16 values (round_to_bf16), zero in the padding column, and write y: [rows, out_features].
 
-// Portable versions with the same per-element order (k ascending, one accumulator), for CPUs without AVX-512.
-// Consistent with themselves across batch shapes (the property that matters); not bit-equal to the AVX-512
+// Portable versions with the same per-element order (k ascending, one accumulator), for the scalar variant.
+// Consistent with themselves across batch shapes (the property that matters); not bit-equal to the SIMD
 // kernels, whose FMA rounds once per k where a plain multiply-add may round twice.
 void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features);
 void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
 
-// dst[i] = src[i] rounded to bf16 (nearest even, as f32_to_bf16), kept as f32; AVX-512 when available.
+// dst[i] = src[i] rounded to bf16 (nearest even, as f32_to_bf16), kept as f32; vectorised for the active ISA.
 void round_to_bf16(const float* src, float* dst, int64_t n);
-// f32 -> bf16 bits (for the oneDNN backend).
-void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace ts::kernels::cpu

@@ -1,15 +1,14 @@
-// Packing for the column-group GEMM (layout in gemm_packed.h), the portable fallback kernels, and the dispatching
-// f32 -> bf16 activation conversion.
+// Packing for the column-group GEMM (layout in gemm_packed.h), the portable (scalar variant) kernels, and the
+// dispatching f32 -> bf16 activation rounding.
 #include <algorithm>
 #include <cstring>
 
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/simd_kernels.h"
 
 namespace ts::kernels::cpu {
-
-void round_to_bf16_avx512(const float* src, float* dst, int64_t n);  // gemm_avx512.cc
 
 void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed) {
   const int kp = gemm_k_padded_bf16(in_features);
@@ -46,7 +45,7 @@ void pack_f32(const float* w_f32, int out_features, int in_features, float* pack
 void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features) {
   const int kp = gemm_k_padded_bf16(in_features);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(rows) * out_features * in_features >= (1 << 20))
   for (int o = 0; o < out_features; ++o) {
     const uint16_t* wg = packed + size_t(o / kGroupCols) * kp * kGroupCols;
     const int c = o % kGroupCols;
@@ -61,7 +60,7 @@ void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, 
 }
 
 void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(rows) * out_features * in_features >= (1 << 20))
   for (int o = 0; o < out_features; ++o) {
     const float* wg = packed + size_t(o / kGroupCols) * in_features * kGroupCols;
     const int c = o % kGroupCols;
@@ -75,12 +74,13 @@ void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, in
 }
 
 void round_to_bf16(const float* src, float* dst, int64_t n) {
-  if (cpu_features().avx512f && cpu_features().avx512bw) return round_to_bf16_avx512(src, dst, n);
+  switch (active_isa()) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16: return avx512::round_to_bf16(src, dst, n);
+    case Isa::Avx2: return avx2::round_to_bf16(src, dst, n);
+    case Isa::Scalar: break;
+  }
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
-}
-
-void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 }  // namespace ts::kernels::cpu

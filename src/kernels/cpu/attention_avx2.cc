@@ -1,0 +1,3 @@
+// attention-inl.h compiled for avx2 (vector layer simd_avx2.h).
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/attention-inl.h"

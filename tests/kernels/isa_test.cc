@@ -1,0 +1,83 @@
+// The ISA override: names, refusal of variants a CPU lacks (with fabricated CPUs, so it is tested on every
+// machine), and that set_isa switches what the kernels run.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+
+namespace ts {
+namespace {
+
+CpuFeatures zen3() {  // AVX2 + FMA + F16C, no AVX-512
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  return f;
+}
+
+CpuFeatures zen4() {  // AVX-512 with BF16
+  CpuFeatures f = zen3();
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512_bf16 = true;
+  return f;
+}
+
+std::string error_of(const std::string& request, const CpuFeatures& f) {
+  try {
+    isa_from_request(request, f);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Isa, NamesRoundTrip) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
+  EXPECT_THROW(parse_isa("avx"), Error);
+  EXPECT_THROW(parse_isa("AVX2"), Error);
+}
+
+TEST(Isa, RequestForAVariantTheCpuLacksIsRefusedByName) {
+  EXPECT_EQ(isa_from_request("avx2", zen3()), Isa::Avx2);
+  EXPECT_EQ(isa_from_request("scalar", zen3()), Isa::Scalar);
+  const std::string err = error_of("avx512", zen3());
+  EXPECT_NE(err.find("TREESPARK_ISA=avx512"), std::string::npos) << err;
+  EXPECT_NE(err.find("avx512f"), std::string::npos) << err;
+  EXPECT_NE(error_of("avx512bf16", zen3()).find("avx512_bf16"), std::string::npos);
+  EXPECT_EQ(isa_from_request("avx512bf16", zen4()), Isa::Avx512Bf16);
+  CpuFeatures no_bf16 = zen4();
+  no_bf16.avx512_bf16 = false;
+  EXPECT_EQ(error_of("avx512bf16", no_bf16).find("avx512f"), std::string::npos);  // names only what is missing
+  EXPECT_NE(error_of("avx512bf16", no_bf16).find("avx512_bf16"), std::string::npos);
+  EXPECT_NE(error_of("sse9", zen4()).find("expected one of scalar, avx2, avx512, avx512bf16"), std::string::npos);
+  EXPECT_NE(error_of("avx2", CpuFeatures{}).find("avx2 fma f16c"), std::string::npos);
+  EXPECT_TRUE(missing_features(Isa::Scalar, CpuFeatures{}).empty());
+}
+
+TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
+  const std::vector<Isa> isas = supported_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::Scalar);
+  for (size_t i = 1; i < isas.size(); ++i) EXPECT_LT(int(isas[i - 1]), int(isas[i]));
+  EXPECT_EQ(best_isa(), isas.back());
+  const Isa saved = active_isa();
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    if (!isa_supported(isa)) {
+      EXPECT_THROW(set_isa(isa), Error) << isa_name(isa);
+      continue;
+    }
+    set_isa(isa);
+    EXPECT_EQ(active_isa(), isa);
+    EXPECT_STREQ(kernels::ops_isa(), isa_name(isa));
+    std::vector<float> w(64 * 32, 0.5f);
+    const std::string backend = kernels::Linear(w.data(), DType::F32, 64, 32, DType::BF16).backend_name();
+    EXPECT_NE(backend.find(isa == Isa::Scalar ? "portable" : isa_name(isa)), std::string::npos) << backend;
+  }
+  set_isa(saved);
+  std::printf("this CPU: %s; active: %s\n", isa_summary().c_str(), isa_name(active_isa()));
+}
+
+}  // namespace
+}  // namespace ts
