@@ -8,6 +8,8 @@
 //   chat_templates.json: the templates (text and where it came from), then per template, conversation,
 //     add_generation_prompt and enable_thinking the rendering (or the error the template raises) and, where the
 //     template's tokenizer is fetched, the ids of the rendering.
+//   chat_templates_wide.json: every distinct template of @huggingface/ollama-utils' table (the templates
+//     embedded in published GGUF files of ~100 models) over two conversations.
 //   jinja_cases.json: small templates, one interpreter feature each, and their renderings (or errors).
 //   whitespace_encode.json: ids of texts around every white-space-like code point, for the Qwen3 and Llama-3
 //     tokenizer.json files (their split regexes use \s, which Hugging Face reads as Unicode White_Space).
@@ -15,7 +17,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { Template } from "@huggingface/jinja";
+import { Environment, Template } from "@huggingface/jinja";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -100,6 +102,59 @@ function tokenizer_for(name) {
   return tokenizers[name];
 }
 
+// Random conversations (a fixed LCG, so the fixture is reproducible): contents from pieces that stress white
+// space, <think> splitting, Unicode, JSON-ish text, Jinja-looking text and special-token text.
+let lcg = 4242;
+const next_random = () => { lcg = (Math.imul(lcg, 1103515245) + 12345) >>> 0; return lcg >>> 8; };
+const pieces = ["hello", "world", "Answer:", " ", "  ", "\n", "\n\n", "\t", "<think>", "</think>", "é", "😀", "中文",
+  "<|im_start|>", "<|eot_id|>", "[INST]", "</s>", "{\"a\": 1}", "'", "\"", "\\", "{{ x }}", "{% if %}", "\u00a0"];
+const random_content = () => {
+  let c = "";
+  for (let n = next_random() % 9; n > 0; --n) c += pieces[next_random() % pieces.length];
+  return c;
+};
+for (let k = 0; k < 10; ++k) {
+  const messages = [];
+  if (next_random() % 2) messages.push(M("system", random_content()));
+  const turns = 1 + (next_random() % 5);
+  for (let i = 0; i < turns; ++i) messages.push(M(i % 2 === 0 ? "user" : "assistant", random_content()));
+  conversations.push([`random_${k}`, messages]);
+}
+
+// @huggingface/jinja ignores the argument of strip/lstrip/rstrip (it strips all white space); Python's Jinja,
+// which transformers renders with, strips only the given characters, and treespark follows Python there. Rows
+// where the two differ carry both renderings; everything else in the engine is left as it is.
+const python_strip = (() => {
+  const env = new Environment();
+  env.set("s", "x");
+  const StringValue = env.lookupVariable("s").constructor;
+  const FunctionValue = env.lookupVariable("namespace").constructor;
+  const stock = Object.getOwnPropertyDescriptor(StringValue.prototype, "builtins");
+  const strip = (value, chars, left, right) => {
+    if (chars === undefined || chars.type === "NullValue")
+      return left && right ? value.trim() : left ? value.trimStart() : value.trimEnd();
+    const set = new Set(Array.from(chars.value));
+    const cps = Array.from(value);
+    let b = 0, e = cps.length;
+    while (left && b < e && set.has(cps[b])) ++b;
+    while (right && e > b && set.has(cps[e - 1])) --e;
+    return cps.slice(b, e).join("");
+  };
+  const patched = {
+    configurable: true,
+    get() {
+      const map = new Map(stock.get.call(this));
+      for (const [name, l, r] of [["strip", true, true], ["lstrip", true, false], ["rstrip", false, true]])
+        map.set(name, new FunctionValue((args) => new StringValue(strip(this.value, args[0], l, r))));
+      return map;
+    },
+  };
+  return (fn) => {
+    Object.defineProperty(StringValue.prototype, "builtins", patched);
+    try { return fn(); } finally { Object.defineProperty(StringValue.prototype, "builtins", stock); }
+  };
+})();
+
 const rows = [];
 for (const [template_name, t] of Object.entries(templates)) {
   const template = new Template(t.source);
@@ -115,7 +170,9 @@ for (const [template_name, t] of Object.entries(templates)) {
         const row = { template: template_name, name, messages, add_generation_prompt, enable_thinking };
         try {
           row.rendered = template.render(vars);
-          if (tok) row.ids = tok.encode(row.rendered, { add_special_tokens: false }).ids;
+          const python = python_strip(() => template.render(vars));
+          if (python !== row.rendered) row.rendered_python_strip = python;
+          if (tok) row.ids = tok.encode(python, { add_special_tokens: false }).ids;
         } catch (e) {
           row.error = String(e.message ?? e);
         }
@@ -127,7 +184,45 @@ for (const [template_name, t] of Object.entries(templates)) {
 fs.writeFileSync(path.join(out_dir, "chat_templates.json"),
                  JSON.stringify({ templates, rows }, null, 0) + "\n");
 console.log(`chat_templates: ${Object.keys(templates).length} templates, ${rows.length} rows, ` +
-            `${rows.filter((r) => r.error).length} errors`);
+            `${rows.filter((r) => r.error).length} errors, ` +
+            `${rows.filter((r) => r.rendered_python_strip !== undefined).length} where Python's strip(chars) differs`);
+
+// ---- Breadth: every distinct template in @huggingface/ollama-utils' table (templates of ~100 published models) ----
+// Two conversations each; a template that reads the clock (strftime_now) is left out, as its output changes daily.
+const wide_conversations = [
+  ["system_multi_turn", [M("system", "Be brief."), M("user", "Hi there"), M("assistant", "Hello!"), M("user", "Bye?")]],
+  ["single_user", [M("user", "What is 2+2?")]],
+];
+const wide_rows = [];
+const seen_sources = new Set();
+let wide_skipped = 0;
+for (const entry of OLLAMA_CHAT_TEMPLATE_MAPPING) {
+  if (seen_sources.has(entry.gguf)) continue;
+  seen_sources.add(entry.gguf);
+  if (entry.gguf.includes("strftime_now")) { ++wide_skipped; continue; }
+  const row = { model: entry.model, source: entry.gguf, renderings: [] };
+  let template = null;
+  try { template = new Template(entry.gguf); } catch (e) { row.error = String(e.message ?? e); }
+  for (const [name, messages] of wide_conversations) {
+    if (!template) break;
+    const vars = { messages, add_generation_prompt: true, bos_token: "<s>", eos_token: "</s>", tools: null,
+                   date_string: "26 Jul 2024" };
+    const r = { name };
+    try {
+      r.rendered = template.render(vars);
+      const python = python_strip(() => template.render(vars));
+      if (python !== r.rendered) r.rendered_python_strip = python;
+    } catch (e) {
+      r.error = String(e.message ?? e);
+    }
+    row.renderings.push(r);
+  }
+  wide_rows.push(row);
+}
+fs.writeFileSync(path.join(out_dir, "chat_templates_wide.json"), JSON.stringify(wide_rows, null, 0) + "\n");
+console.log(`chat_templates_wide: ${wide_rows.length} templates (${wide_skipped} reading the clock left out), ` +
+            `${wide_rows.filter((r) => r.error).length} the reference cannot parse, ` +
+            `${wide_rows.flatMap((r) => r.renderings).filter((r) => r.error).length} render errors`);
 
 // ---- Interpreter cases: one feature each, rendered by @huggingface/jinja ----
 const V = { s: "  Hello World  ", n: 3, f: 2.5, xs: [3, 1, 2], names: ["b", "a", "c"], empty: [], nothing: null,
