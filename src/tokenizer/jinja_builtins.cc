@@ -438,7 +438,10 @@ void install_globals(Scope& g) {
           if (a.pos.size() >= 3) step = a.pos[2].integer;
           if (step == 0) runtime_error("range() step must not be zero");
           Array out;
-          for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::of_int(i));
+          for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+            if (out.size() >= 1000000) runtime_error("range() of more than a million numbers");
+            out.push_back(Value::of_int(i));
+          }
           return Value::of(std::move(out));
         }));
   g.set("namespace", method([](Args& a, Scope&) {

@@ -81,6 +81,15 @@ Args Interpreter::eval_args(const Node& call, size_t first_arg, Scope& scope) {
 }
 
 Value Interpreter::eval(const Node& node, Scope& scope) {
+  if (depth_ >= kMaxDepth) runtime_error("the template nests too deeply (macro recursion?) at byte " + std::to_string(node.offset));
+  struct Guard {
+    int& depth;
+    ~Guard() { --depth; }
+  } guard{++depth_};
+  return eval_node(node, scope);
+}
+
+Value Interpreter::eval_node(const Node& node, Scope& scope) {
   switch (node.kind) {
     case NodeKind::kProgram: return Value::of(block(node.body, scope));
     case NodeKind::kSet: return eval_set(node, scope);

@@ -24,7 +24,11 @@ class Interpreter {
   Text block(const std::vector<NodePtr>& statements, Scope& scope);
   Args eval_args(const Node& call, size_t first_arg, Scope& scope);
 
+  static constexpr int kMaxDepth = 400;  // nested evaluations (deep expressions, macro recursion)
+
  private:
+  int depth_ = 0;
+  Value eval_node(const Node& node, Scope& scope);
   Value eval_set(const Node& node, Scope& scope);
   Value eval_for(const Node& node, Scope& scope);
   Value eval_macro(const Node& node, Scope& scope);

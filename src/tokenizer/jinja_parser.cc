@@ -32,6 +32,15 @@ class Parser {
  private:
   const std::vector<Token>& tokens_;
   size_t cur_ = 0;
+  int depth_ = 0;  // nesting of any() / expression(), bounded so that a hostile template cannot exhaust the stack
+
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.depth_ > 300) p.fail("the template nests too deeply");
+    }
+    ~Nest() { --p.depth_; }
+  };
 
   [[noreturn]] void fail(const std::string& what) const {
     const size_t offset = cur_ < tokens_.size() ? tokens_[cur_].offset : (tokens_.empty() ? 0 : tokens_.back().offset);
@@ -66,6 +75,7 @@ class Parser {
   }
 
   NodePtr any() {
+    Nest nest(*this);
     const Token& t = tok();
     switch (t.type) {
       case T::kComment: ++cur_; return make(NodeKind::kComment, t.offset, t.value);
@@ -185,7 +195,10 @@ class Parser {
     return tuple;
   }
 
-  NodePtr expression() { return if_expression(); }
+  NodePtr expression() {
+    Nest nest(*this);
+    return if_expression();
+  }
 
   NodePtr if_expression() {
     NodePtr a = logical_or();
@@ -231,6 +244,7 @@ class Parser {
     return left;
   }
   NodePtr logical_not() {
+    Nest nest(*this);
     NodePtr result;
     while (is_identifier("not")) {  // as the reference: `not not x` keeps only the last negation's operand chain
       const size_t offset = tokens_[cur_++].offset;
@@ -311,6 +325,7 @@ class Parser {
     return operand;
   }
   NodePtr unary_sign() {
+    Nest nest(*this);
     if ((is(T::kUnary) || is(T::kAdditive)) && (tok().value == "-" || tok().value == "+")) {
       const Token& op = tokens_[cur_++];
       NodePtr u = make(NodeKind::kUnary, op.offset, op.value);

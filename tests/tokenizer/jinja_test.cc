@@ -96,3 +96,59 @@ TEST(Jinja, JavaScriptNumbers) {
 
 }  // namespace
 }  // namespace ts::tok::jinja
+
+namespace ts::tok::jinja {
+namespace {
+
+// Mutated real templates (bytes deleted, duplicated, replaced by template punctuation) either render or throw
+// ts::Error: never a crash, a hang or another exception. Deep nesting and runaway recursion are errors too.
+TEST(Jinja, MutatedTemplatesFailCleanly) {
+  const auto f = nlohmann::ordered_json::parse(ts::read_text_file(ts::tok::testing::fixture_path("chat_templates.json")));
+  const Value messages = from_json(nlohmann::ordered_json::parse(
+      R"([{"role": "system", "content": "S"}, {"role": "user", "content": "<think>a</think> b"},
+          {"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+          {"role": "tool", "content": "r"}, {"role": "user", "content": "q"}])"));
+  const Object vars = {{"messages", messages}, {"add_generation_prompt", Value::of(true)},
+                       {"bos_token", Value::of_string("<s>")}, {"eos_token", Value::of_string("</s>")}};
+  const char* alphabet[] = {"{", "}", "%", "(", ")", "[", "]", "'", "\"", "|", "-", ".", ":", ",", "\\", "{{", "{%",
+                            "%}", "}}", " if ", " for ", " in ", " endfor ", " endif ", " set ", " not ", "~", "*"};
+  uint64_t state = 12345;
+  auto next = [&] { return (state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+  int rendered = 0, failed = 0;
+  for (const auto& [name, t] : f.at("templates").items()) {
+    const std::string source = t.at("source");
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string s = source;
+      for (int edits = 1 + int(next() % 4); edits > 0 && !s.empty(); --edits) {
+        const size_t pos = next() % s.size();
+        switch (next() % 3) {
+          case 0: s.erase(pos, 1 + next() % 8); break;
+          case 1: s.insert(pos, s.substr(pos, 1 + next() % 16)); break;
+          default: s.insert(pos, alphabet[next() % (sizeof(alphabet) / sizeof(alphabet[0]))]);
+        }
+      }
+      try {
+        Template(s).render(vars);
+        ++rendered;
+      } catch (const ts::Error&) {
+        ++failed;
+      }
+    }
+  }
+  EXPECT_GT(rendered, 50);
+  EXPECT_GT(failed, 500);
+
+  std::string deep = "{{ ";
+  for (int i = 0; i < 5000; ++i) deep += "(";
+  EXPECT_THROW(Template(deep + "1" + std::string(5000, ')') + " }}"), ts::Error);
+  EXPECT_THROW(Template("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").render({}), ts::Error);
+  EXPECT_THROW(Template("{% for i in range(100000000) %}{% endfor %}").render({}), ts::Error);
+  // Real nesting is far below the limits: a recursive macro 20 deep is fine.
+  EXPECT_EQ(Template("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(20) }}")
+                .render({})
+                .bytes,
+            "2019181716151413121110987654321");
+}
+
+}  // namespace
+}  // namespace ts::tok::jinja
