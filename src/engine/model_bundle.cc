@@ -16,8 +16,20 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   }
   if (file_exists(model_dir + "/tokenizer.json")) {
     b.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(model_dir + "/tokenizer.json"));
-    if (file_exists(model_dir + "/tokenizer_config.json"))
-      b.chat_template = std::make_unique<tok::ChatTemplate>(tok::ChatTemplate::from_model_dir(model_dir));
+    // Any template loads; a folder without one (or with one outside the supported Jinja subset) still runs plain
+    // text prompts, and only --chat reports the problem.
+    if (!tok::ChatTemplate::model_dir_has_template(model_dir)) {
+      b.chat_template_error = "no chat template in " + model_dir +
+                              " (tokenizer_config.json has no \"chat_template\" and there is no chat_template.jinja)";
+    } else {
+      try {
+        b.chat_template = std::make_unique<tok::ChatTemplate>(tok::ChatTemplate::from_model_dir(model_dir));
+      } catch (const Error& e) {
+        b.chat_template_error = e.what();
+      }
+    }
+  } else {
+    b.chat_template_error = "no tokenizer.json in " + model_dir;
   }
   return b;
 }
@@ -36,7 +48,7 @@ std::vector<int32_t> ModelBundle::prompt_ids(const std::vector<int32_t>& ids, co
   }
   TS_CHECK(tokenizer, "--prompt needs a tokenizer.json in ", model_dir, " (or use --prompt-ids)");
   if (chat) {
-    TS_CHECK(chat_template, "--chat needs a tokenizer_config.json with a chat template in ", model_dir);
+    TS_CHECK(chat_template, "--chat needs the model folder's chat template: ", chat_template_error);
     return chat_template->encode_chat(*tokenizer, {{"user", text}}, /*add_generation_prompt=*/true, enable_thinking);
   }
   return tokenizer->encode(text);

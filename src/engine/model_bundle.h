@@ -20,7 +20,8 @@ struct ModelBundle {
   std::unique_ptr<TargetModel> target;
   std::unique_ptr<Drafter> drafter;                 // null without --drafter
   std::unique_ptr<tok::Tokenizer> tokenizer;        // null when the folder has no tokenizer.json
-  std::unique_ptr<tok::ChatTemplate> chat_template; // null when there is no usable tokenizer_config.json
+  std::unique_ptr<tok::ChatTemplate> chat_template; // null when the folder has no (usable) chat template
+  std::string chat_template_error;                  // why chat_template is null: what --chat reports
   spec::CalibrationTable calibration;               // empty without a treespark_calibration.json
 
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir);

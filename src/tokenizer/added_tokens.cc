@@ -81,8 +81,14 @@ size_t skip_space_forward(std::string_view text, size_t pos) {
 
 }  // namespace
 
-void AddedVocabulary::split(std::string_view text, bool parse_special, bool normalized,
-                            std::vector<Segment>& out) const {
+void AddedVocabulary::split(std::string_view text, bool parse_special, bool normalized, std::vector<Segment>& out,
+                            std::string_view special_ok) const {
+  auto allowed_here = [&](size_t pos, size_t len) {
+    if (special_ok.empty()) return true;
+    for (size_t i = pos; i < pos + len; ++i)
+      if (special_ok[i] == 0) return false;
+    return true;
+  };
   size_t text_start = 0;  // start of the pending ordinary text
   size_t pos = 0;
   while (pos < text.size()) {
@@ -92,6 +98,7 @@ void AddedVocabulary::split(std::string_view text, bool parse_special, bool norm
       const AddedToken& t = tokens_[i];
       if (t.normalized != normalized || (t.special && !parse_special)) continue;
       if (text.compare(pos, t.content.size(), t.content) != 0) continue;
+      if (t.special && !allowed_here(pos, t.content.size())) continue;
       if (t.single_word) {
         size_t end = pos + t.content.size();
         bool bounded_left = pos == 0 || !is_word_byte(text[pos - 1]) || !is_word_byte(t.content.front());

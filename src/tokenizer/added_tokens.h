@@ -35,7 +35,10 @@ class AddedVocabulary {
 
   // Splits `text` at the added tokens whose `normalized` flag equals `normalized` (the raw input is split by the
   // unnormalized ones, then each normalized stretch by the normalized ones). Appends to `out`.
-  void split(std::string_view text, bool parse_special, bool normalized, std::vector<Segment>& out) const;
+  // `special_ok`, when not empty ([text.size()] bytes), further limits special tokens to stretches where it is
+  // nonzero at every byte (chat encoding: the template's own markup, never message contents).
+  void split(std::string_view text, bool parse_special, bool normalized, std::vector<Segment>& out,
+             std::string_view special_ok = {}) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
   const AddedToken* by_id(int32_t id) const;             // nullptr if `id` is not an added token

@@ -41,10 +41,27 @@ ThreadMatchState& thread_state() {
 
 }  // namespace
 
+std::string hf_white_space_pattern(const std::string& pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 32);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 >= pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    const char next = pattern[++i];  // an escape: \s and \S are rewritten, any other one is kept as written
+    if (next == 's') out += "\\p{White_Space}";
+    else if (next == 'S') out += "\\P{White_Space}";
+    else (out += '\\') += next;
+  }
+  return out;
+}
+
 Regex::Regex(const std::string& pattern) : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  const std::string compiled = hf_white_space_pattern(pattern);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
   TS_CHECK(code, "cannot compile split regex /", pattern, "/: ", pcre2_message(error), " at offset ", offset);
   // JIT makes the split ~5x faster; if it is unavailable the interpreter gives the same matches.

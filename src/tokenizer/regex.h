@@ -1,6 +1,9 @@
 // A compiled PCRE2 pattern (UTF + Unicode properties, JIT) for the split patterns in tokenizer.json files.
 // The files' patterns are written for Oniguruma (the Rust library's engine); the ones real tokenizers use
-// (\p{L}, \s, (?i:...), look-ahead) mean the same in PCRE2 with UCP, which the golden tests confirm.
+// (\p{L}, \s, (?i:...), look-ahead) mean the same in PCRE2 with UCP, which the golden tests confirm, except
+// white space: PCRE2's \s also matches U+180E MONGOLIAN VOWEL SEPARATOR, Oniguruma's and Rust regex's do not (they
+// use the Unicode White_Space property, as does @huggingface/tokenizers). Patterns are compiled with \s and \S
+// rewritten to \p{White_Space} / \P{White_Space} (hf_white_space_pattern), inside and outside classes.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +14,9 @@
 #include <vector>
 
 namespace ts::tok {
+
+// The pattern with every \s / \S escape replaced by \p{White_Space} / \P{White_Space} (escaped backslashes kept).
+std::string hf_white_space_pattern(const std::string& pattern);
 
 class Regex {
  public:

@@ -94,12 +94,26 @@ const TokenizerImpl& Tokenizer::impl() const {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  return encode_impl(text, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_marked(std::string_view text, std::string_view from_input) const {
+  TS_CHECK(from_input.empty() || from_input.size() == text.size(), "encode_marked: the provenance mask has ",
+           from_input.size(), " bytes for a text of ", text.size());
+  if (from_input.empty()) return encode_impl(text, true, {});
+  std::string special_ok(from_input.size(), 1);
+  for (size_t i = 0; i < from_input.size(); ++i) special_ok[i] = from_input[i] == 0;
+  return encode_impl(text, true, special_ok);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool parse_special,
+                                            std::string_view special_ok) const {
   const TokenizerImpl& impl = this->impl();
   check_utf8(text, "text to encode");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   std::vector<Segment> raw_segments, normalized_segments;
-  impl.added.split(text, parse_special, /*normalized=*/false, raw_segments);
+  impl.added.split(text, parse_special, /*normalized=*/false, raw_segments, special_ok);
   Pieces pieces;
   for (size_t i = 0; i < raw_segments.size(); ++i) {
     const Segment& raw = raw_segments[i];
@@ -110,7 +124,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     std::string normalized = impl.normalizer.empty() ? std::string(raw.text) : impl.normalizer.apply(raw.text);
     normalized_segments.clear();
     if (impl.added.has_normalized()) {
-      impl.added.split(normalized, parse_special, /*normalized=*/true, normalized_segments);
+      // Normalization moves bytes, so a marked stretch allows special tokens only if it is all markup.
+      bool segment_ok = parse_special;
+      if (!special_ok.empty()) {
+        const size_t offset = size_t(raw.text.data() - text.data());
+        for (size_t k = offset; k < offset + raw.text.size(); ++k) segment_ok = segment_ok && special_ok[k] != 0;
+      }
+      impl.added.split(normalized, segment_ok, /*normalized=*/true, normalized_segments);
     } else if (!normalized.empty()) {
       normalized_segments.push_back({normalized, -1});
     }

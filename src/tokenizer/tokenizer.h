@@ -30,6 +30,10 @@ class Tokenizer {
   static Tokenizer from_json_text(const std::string& tokenizer_json, const std::string& origin = "tokenizer.json");
 
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // encode() where special tokens may match only inside the stretches marked in `from_input` ([text.size()]
+  // bytes, 0 = the chat template's own markup, 1 = caller data such as message contents; "" = all markup).
+  // Equals encode(text) when the caller data holds no special-token text.
+  std::vector<int32_t> encode_marked(std::string_view text, std::string_view from_input) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
   int32_t token_id(std::string_view token_text) const;  // -1 if unknown
   std::string token_text(int32_t id) const;              // the vocabulary string ("Ġthe"); throws if out of range
@@ -45,6 +49,7 @@ class Tokenizer {
 
  private:
   friend class StreamDecoder;
+  std::vector<int32_t> encode_impl(std::string_view text, bool parse_special, std::string_view special_ok) const;
   const TokenizerImpl& impl() const;  // throws if this Tokenizer was default-constructed (never loaded)
   std::shared_ptr<const TokenizerImpl> impl_;
 };

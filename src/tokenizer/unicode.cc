@@ -214,27 +214,40 @@ std::string normalize(std::string_view text, NormalForm form) {
   TS_FAIL("ICU normalization failed: output buffer kept overflowing");
 }
 
-std::string to_lower(std::string_view text) {
+namespace {
+
+// Full Unicode case mapping (root locale) through ICU; ASCII text takes a fast path.
+std::string change_case(std::string_view text, bool upper) {
   bool ascii = true;
   for (unsigned char b : text) ascii &= b < 0x80;
   if (ascii) {
     std::string out(text);
-    for (char& c : out) if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+    for (char& c : out) {
+      if (!upper && c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+      if (upper && c >= 'a' && c <= 'z') c = char(c - 'a' + 'A');
+    }
     return out;
   }
   std::u16string src = to_utf16(text);
   std::u16string dst(src.size() * 2 + 16, u'\0');
   for (int attempt = 0; attempt < 2; ++attempt) {
     UErrorCode err = U_ZERO_ERROR;
-    int32_t len = u_strToLower(reinterpret_cast<UChar*>(dst.data()), int32_t(dst.size()),
-                               reinterpret_cast<const UChar*>(src.data()), int32_t(src.size()), "", &err);
+    auto* out = reinterpret_cast<UChar*>(dst.data());
+    const auto* in = reinterpret_cast<const UChar*>(src.data());
+    int32_t len = upper ? u_strToUpper(out, int32_t(dst.size()), in, int32_t(src.size()), "", &err)
+                        : u_strToLower(out, int32_t(dst.size()), in, int32_t(src.size()), "", &err);
     if (err == U_BUFFER_OVERFLOW_ERROR) { dst.assign(len + 16, u'\0'); continue; }
-    TS_CHECK(U_SUCCESS(err), "ICU lowercase failed: ", u_errorName(err));
+    TS_CHECK(U_SUCCESS(err), "ICU case mapping failed: ", u_errorName(err));
     dst.resize(len);
     return to_utf8(dst);
   }
-  TS_FAIL("ICU lowercase failed: output buffer kept overflowing");
+  TS_FAIL("ICU case mapping failed: output buffer kept overflowing");
 }
+
+}  // namespace
+
+std::string to_lower(std::string_view text) { return change_case(text, false); }
+std::string to_upper(std::string_view text) { return change_case(text, true); }
 
 const ByteLevelAlphabet& ByteLevelAlphabet::get() {
   static const ByteLevelAlphabet alphabet = [] {

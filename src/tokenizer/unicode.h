@@ -33,6 +33,7 @@ enum class NormalForm { NFC, NFD, NFKC, NFKD };
 // normalized, which is the common case.
 std::string normalize(std::string_view text, NormalForm form);
 std::string to_lower(std::string_view text);  // full Unicode lowercase, root locale
+std::string to_upper(std::string_view text);  // full Unicode uppercase, root locale
 
 // GPT-2 byte-level alphabet: every byte maps to one printable code point so that BPE vocabularies hold text.
 struct ByteLevelAlphabet {
