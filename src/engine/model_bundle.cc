@@ -11,7 +11,7 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   b.drafter_dir = drafter_dir;
   b.target = TargetModel::load(model_dir);
   if (!drafter_dir.empty()) {
-    b.drafter = Drafter::load(drafter_dir);
+    b.drafter = Drafter::load(drafter_dir, b.target->config());
     b.calibration = spec::read_calibration_table(drafter_dir + "/" + spec::kCalibrationFileName);
   }
   if (file_exists(model_dir + "/tokenizer.json")) {
