@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -239,6 +240,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 32768, false);
   check_positive(c.max_position_embeddings, "max_position_embeddings", source);
   c.rope = parse_rope(j, source, c.max_position_embeddings);
+  // As vLLM derives the usable context: yarn extends the original context by its factor, linear scales the
+  // configured one (Qwen2.5 with yarn keeps max_position_embeddings 32768 but is meant to run to 131072); llama3
+  // configs already state the extended length.
+  double usable = c.max_position_embeddings;
+  if (c.rope.type == RopeType::Yarn)
+    usable = std::max(usable, double(c.rope.original_max_position_embeddings) * c.rope.factor);
+  if (c.rope.type == RopeType::Linear && c.rope.factor > 1) usable *= c.rope.factor;
+  c.max_position_embeddings = int(std::min(usable, double(1 << 30)));
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
   c.qk_norm = qwen3;
   c.qkv_bias = qwen2 || get_bool(j, "attention_bias", source, false);

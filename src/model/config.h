@@ -47,6 +47,8 @@ struct ModelConfig {
   int head_dim = 0;                // read from config when present; it need not equal hidden / heads
   float rms_norm_eps = 1e-6f;
   RopeConfig rope;
+  // Positions the model accepts: config.json's max_position_embeddings, extended as vLLM does for yarn
+  // (original_max_position_embeddings x factor) and linear (x factor).
   int max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool qk_norm = false;            // Qwen3: RMSNorm over head_dim on q and k, before RoPE

@@ -136,7 +136,7 @@ std::string model_config_json(const ModelConfig& c, DType dtype) {
   check_rope(c.rope);
   j["rope_theta"] = c.rope.theta;
   j["rope_scaling"] = c.rope.type == RopeType::Default ? nlohmann::json(nullptr) : rope_params_json(c.rope);
-  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["max_position_embeddings"] = c.max_position_embeddings;  // as given (not re-derived: write fresh configs only)
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = torch_dtype_name(dtype);
   if (c.architecture == "LlamaForCausalLM") j["attention_bias"] = c.qkv_bias;

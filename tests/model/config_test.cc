@@ -154,6 +154,13 @@ TEST(RopeTable, YarnRampAndAttentionFactor) {
   r.mscale = 1.0;
   r.mscale_all_dim = 0.5;
   EXPECT_NEAR(rope_table(r, 16).attention_scale, (0.1 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1), 1e-6);
+  EXPECT_EQ(c.max_position_embeddings, 1024);  // 256 x 4
+  // Qwen2.5 as published: max_position_embeddings 32768, yarn factor 4 over 32768 -> usable to 131072.
+  json q = j;
+  q["max_position_embeddings"] = 32768;
+  q["rope_scaling"] = {{"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"type", "yarn"}};
+  EXPECT_EQ(parse(q).max_position_embeddings, 131072);
+  EXPECT_EQ(parse(q).rope.factor, 4.0);
   // Without factor: max_position_embeddings / original (transformers v5).
   j["rope_scaling"].erase("factor");
   EXPECT_EQ(parse(j).rope.factor, 4.0);
