@@ -27,7 +27,7 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
   const io::Checkpoint& ckpt = *d->ckpt_;
   const int H = c.hidden_size, V = c.vocab_size;
   d->shape_ = LayerShape{H, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps,
-                         /*qk_norm=*/true, /*qkv_bias=*/false};
+                         /*qk_norm=*/true, /*qkv_bias=*/false, /*rope_inv_freq=*/{}, /*rope_attention_scale=*/1.0f};
   RopeTable rope = rope_table(c.rope, c.head_dim);
   d->shape_.rope_inv_freq = std::move(rope.inv_freq);
   d->shape_.rope_attention_scale = rope.attention_scale;

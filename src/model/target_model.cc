@@ -19,7 +19,7 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   const io::Checkpoint& ckpt = *m->ckpt_;
 
   m->shape_ = LayerShape{c.hidden_size, c.num_heads,   c.num_kv_heads, c.head_dim, c.intermediate_size,
-                         c.rms_norm_eps, c.qk_norm,      c.qkv_bias};
+                         c.rms_norm_eps, c.qk_norm,      c.qkv_bias,     {},         1.0f};
   RopeTable rope = rope_table(c.rope, c.head_dim);
   m->shape_.rope_inv_freq = std::move(rope.inv_freq);
   m->shape_.rope_attention_scale = rope.attention_scale;
