@@ -349,6 +349,15 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
     g.do_sample = ds->get<bool>();
   }
   g.eos_token_ids = parse_token_ids(j, "eos_token_id", source);
+  // Each key with the value at which it does nothing.
+  const std::pair<const char*, double> unsupported[] = {
+      {"repetition_penalty", 1.0}, {"presence_penalty", 0.0}, {"frequency_penalty", 0.0}, {"typical_p", 1.0},
+      {"epsilon_cutoff", 0.0},     {"eta_cutoff", 0.0},       {"no_repeat_ngram_size", 0.0}};
+  for (const auto& [key, neutral] : unsupported) {
+    auto it = j.find(key);
+    if (it != j.end() && !(it->is_null() || (it->is_number() && it->get<double>() == neutral)))
+      g.unsupported.push_back(key);
+  }
   return g;
 }
 

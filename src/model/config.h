@@ -99,6 +99,9 @@ struct GenerationConfig {
   std::optional<int> top_k;          // >= 0 (0 = off)
   std::optional<float> min_p;        // [0, 1]
   std::vector<int32_t> eos_token_ids;  // "eos_token_id": an int or a list; empty when absent
+  // Sampling keys the file sets to a non-neutral value that treespark does not implement (repetition_penalty,
+  // typical_p, ...): not applied, listed so the caller can say so.
+  std::vector<std::string> unsupported;
 };
 
 // Throws ts::Error on invalid JSON, a value of the wrong type or out of range (naming the key).

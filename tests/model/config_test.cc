@@ -186,6 +186,11 @@ TEST(GenerationConfig, ReadsSamplingDefaultsAndEos) {
   EXPECT_EQ(*g.top_k, 20);
   EXPECT_FALSE(g.min_p.has_value());
   EXPECT_EQ(g.eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  EXPECT_TRUE(g.unsupported.empty());
+  // Qwen2.5-Instruct's file also sets a repetition penalty, which treespark does not apply: listed.
+  g = parse_gen(R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7, "top_k": 20, "top_p": 0.8,
+    "typical_p": 1.0})");
+  EXPECT_EQ(g.unsupported, (std::vector<std::string>{"repetition_penalty"}));
   g = parse_gen(R"({"eos_token_id": 2, "min_p": 0.05, "temperature": null})");
   EXPECT_EQ(g.eos_token_ids, (std::vector<int32_t>{2}));
   EXPECT_FLOAT_EQ(*g.min_p, 0.05f);

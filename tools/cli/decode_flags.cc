@@ -48,6 +48,7 @@ void DecodeFlags::apply_generation_config(const GenerationConfig& generation_con
   if (explicit_option(top_k_opt_)) given.top_k = top_k;
   if (explicit_option(min_p_opt_)) given.min_p = min_p;
   sampling = choose_sampling(given, generation_config);
+  unsupported_ = generation_config.unsupported;
   temperature = sampling.params.temperature;
   top_p = sampling.params.top_p;
   top_k = sampling.params.top_k;
@@ -60,10 +61,12 @@ nlohmann::json DecodeFlags::sampling_json() const {
   };
   // The f32 values as their shortest decimal (0.6, not 0.6000000238418579).
   auto shortest = [](float v) { return std::stod(cat(std::setprecision(7), v)); };
-  return nlohmann::json{{"temperature", entry(shortest(temperature), sampling.temperature_source)},
-                        {"top_p", entry(shortest(top_p), sampling.top_p_source)},
-                        {"top_k", entry(top_k, sampling.top_k_source)},
-                        {"min_p", entry(shortest(min_p), sampling.min_p_source)}};
+  nlohmann::json j{{"temperature", entry(shortest(temperature), sampling.temperature_source)},
+                   {"top_p", entry(shortest(top_p), sampling.top_p_source)},
+                   {"top_k", entry(top_k, sampling.top_k_source)},
+                   {"min_p", entry(shortest(min_p), sampling.min_p_source)}};
+  if (!unsupported_.empty()) j["not_applied"] = unsupported_;  // generation_config.json keys treespark lacks
+  return j;
 }
 
 std::string DecodeFlags::fall_back_without_markov(const Drafter& drafter) {

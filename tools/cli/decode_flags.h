@@ -32,7 +32,8 @@ struct DecodeFlags {
   // After parsing: temperature, top_p, top_k and min_p not given as flags come from generation_config.json (see
   // choose_sampling); `sampling` records each value's source.
   void apply_generation_config(const GenerationConfig& generation_config);
-  // {"temperature": {"value": v, "source": s}, "top_p": ..., "top_k": ..., "min_p": ...}
+  // {"temperature": {"value": v, "source": s}, "top_p": ..., "top_k": ..., "min_p": ...}, plus "not_applied":
+  // [keys] when generation_config.json sets sampling options treespark does not implement.
   nlohmann::json sampling_json() const;
   // --mode tree with the calibrated (TreeSpark) priority needs a Markov head (parent-conditional q). Without one
   // the priority falls back to marginal; returns why ("" when nothing changed).
@@ -47,6 +48,7 @@ struct DecodeFlags {
  private:
   CLI::Option *temperature_opt_ = nullptr, *top_p_opt_ = nullptr, *top_k_opt_ = nullptr, *min_p_opt_ = nullptr;
   CLI::Option* priority_opt_ = nullptr;
+  std::vector<std::string> unsupported_;  // generation_config.json sampling keys not applied
 };
 
 std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" or "1 2 3"
