@@ -19,9 +19,9 @@ if [ -f "$target/model.safetensors" ] && [ -f "$drafter/model.safetensors" ]; th
   "$bin" generate --model "$target" --drafter "$drafter" --mode tree --chat --no-thinking --prompt "$prompt" \
     --temperature 0.7 --seed 1 --max-tokens 120
   echo
-  echo "== greedy, code prompt: TreeSpark, then the target alone (the texts are identical: lossless) =="
-  "$bin" generate --model "$target" --drafter "$drafter" --mode tree --prompt "$code_prompt" --max-tokens 96
-  "$bin" generate --model "$target" --mode none --prompt "$code_prompt" --max-tokens 96
+  echo "== greedy (--temperature 0 overrides generation_config.json), code prompt: TreeSpark, then the target alone (the texts are identical: lossless) =="
+  "$bin" generate --model "$target" --drafter "$drafter" --mode tree --prompt "$code_prompt" --temperature 0 --max-tokens 96
+  "$bin" generate --model "$target" --mode none --prompt "$code_prompt" --temperature 0 --max-tokens 96
 else
   echo "(no shipped pair under models/: using a random-weight pair; output is meaningless, the mechanics are real)"
   "$bin" make-model --out build/demo/target --drafter-out build/demo/drafter >/dev/null

@@ -1,5 +1,7 @@
 #include "engine/model_bundle.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/mapped_file.h"
 
@@ -10,8 +12,9 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   b.model_dir = model_dir;
   b.drafter_dir = drafter_dir;
   b.target = TargetModel::load(model_dir);
+  b.generation_config = load_generation_config(model_dir);
   if (!drafter_dir.empty()) {
-    b.drafter = Drafter::load(drafter_dir);
+    b.drafter = Drafter::load(drafter_dir, b.target->config());
     b.calibration = spec::read_calibration_table(drafter_dir + "/" + spec::kCalibrationFileName);
   }
   if (file_exists(model_dir + "/tokenizer.json")) {
@@ -35,8 +38,11 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
 }
 
 std::vector<int32_t> ModelBundle::stop_ids() const {
-  if (chat_template && tokenizer) return chat_template->stop_ids(*tokenizer);
-  return target->config().eos_token_ids;
+  std::vector<int32_t> ids =
+      chat_template && tokenizer ? chat_template->stop_ids(*tokenizer) : target->config().eos_token_ids;
+  for (int32_t id : generation_config.eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
 }
 
 std::vector<int32_t> ModelBundle::prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,

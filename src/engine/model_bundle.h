@@ -23,10 +23,12 @@ struct ModelBundle {
   std::unique_ptr<tok::ChatTemplate> chat_template; // null when the folder has no (usable) chat template
   std::string chat_template_error;                  // why chat_template is null: what --chat reports
   spec::CalibrationTable calibration;               // empty without a treespark_calibration.json
+  GenerationConfig generation_config;               // present = false without a generation_config.json
 
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir);
 
-  // Token ids that end generation: the chat template's stop ids, else config.json's eos ids.
+  // Token ids that end generation: the chat template's stop ids, else config.json's eos ids; either way merged
+  // with generation_config.json's eos ids (each id once, in that order).
   std::vector<int32_t> stop_ids() const;
   // Prompt ids from exactly one of: ids, plain text, or a user chat message.
   std::vector<int32_t> prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,

@@ -4,28 +4,51 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "model/rope.h"
 #include "model/target_model.h"
 
 namespace ts {
 
-std::unique_ptr<Drafter> Drafter::load(const std::string& dir) {
+std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig& target) {
   std::unique_ptr<Drafter> d(new Drafter());
   d->config_ = load_drafter_config(dir);
-  const DrafterConfig& c = d->config_;
+  DrafterConfig& c = d->config_;
+  const std::string source = dir + "/config.json";
+  TS_CHECK(c.vocab_size == target.vocab_size, source, ": drafter vocab_size ", c.vocab_size,
+           " != the target's vocab_size ", target.vocab_size);
+  for (int32_t l : c.target_layer_ids)
+    TS_CHECK(l < target.num_layers, source, ": target_layer_ids has layer ", l, " but the target has ",
+             target.num_layers, " layers");
+  // The tap width comes from the target; the non-public target_hidden_size key is only checked.
+  TS_CHECK(c.target_hidden_size == 0 || c.target_hidden_size == target.hidden_size, source, ": target_hidden_size ",
+           c.target_hidden_size, " disagrees with the target's hidden_size ", target.hidden_size);
+  c.target_hidden_size = target.hidden_size;
   d->ckpt_ = std::make_unique<io::Checkpoint>(dir);
   const io::Checkpoint& ckpt = *d->ckpt_;
   const int H = c.hidden_size, V = c.vocab_size;
   d->shape_ = LayerShape{H, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps,
-                         /*qk_norm=*/true, /*qkv_bias=*/false};
-  d->shape_.rope_inv_freq.resize(c.head_dim / 2);
-  kernels::rope_default_inv_freq(c.rope_theta, c.head_dim, d->shape_.rope_inv_freq.data());
+                         /*qk_norm=*/true, /*qkv_bias=*/false, /*rope_inv_freq=*/{}, /*rope_attention_scale=*/1.0f};
+  RopeTable rope = rope_table(c.rope, c.head_dim);
+  d->shape_.rope_inv_freq = std::move(rope.inv_freq);
+  d->shape_.rope_attention_scale = rope.attention_scale;
   d->embed_table_ = &ckpt.weight("embed_tokens.weight", {V, H});
   const DType compute = d->embed_table_->dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  const io::TensorRef& fc = ckpt.tensor("fc.weight");
+  const std::vector<int64_t> fc_shape{H, d->tap_width()};
+  TS_CHECK(fc.shape == fc_shape, dir, ": fc.weight is ", io::shape_to_string(fc.shape), " but ",
+           c.target_layer_ids.size(), " taps (target_layer_ids) of the target's hidden size ", target.hidden_size,
+           " need ", io::shape_to_string(fc_shape), ": is this drafter paired with the right target?");
   d->fc_ = load_linear(ckpt, {"fc.weight"}, {H}, d->tap_width(), compute);
   d->hidden_norm_ = load_vector(ckpt, "hidden_norm.weight", H);
   for (int l = 0; l < c.num_layers; ++l) d->layers_.push_back(load_layer(ckpt, cat("layers.", l, "."), d->shape_, compute));
   d->final_norm_ = load_vector(ckpt, "norm.weight", H);
   d->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {V}, H, compute);
+  const bool has_w1 = ckpt.has("markov_head.markov_w1.weight"), has_w2 = ckpt.has("markov_head.markov_w2.weight");
+  if (c.markov_rank == 0) {
+    TS_CHECK(!has_w1 && !has_w2, source, ": markov_rank is 0 (or absent) but ", dir,
+             " holds markov_head tensors; set markov_rank to their rank");
+    return d;
+  }
   d->markov_w1_ = io::to_f32(ckpt.weight("markov_head.markov_w1.weight", {V, c.markov_rank}));
   // The Markov bias is part of q: keep it in f32 so the draft distribution is as the reference computes it.
   d->markov_w2_ = load_linear(ckpt, {"markov_head.markov_w2.weight"}, {V}, c.markov_rank, DType::F32);
@@ -89,6 +112,7 @@ void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_po
 void Drafter::add_markov_bias(int32_t parent, float* logits) const {
   const int V = config_.vocab_size, R = config_.markov_rank;
   TS_CHECK(parent >= 0 && parent < V, "drafter: parent token ", parent, " out of range");
+  if (R == 0) return;  // no Markov head: the conditional is the base logits
   bias_.resize(V);
   markov_w2_.forward(&markov_w1_[size_t(parent) * R], 1, bias_.data());
   for (int v = 0; v < V; ++v) logits[v] += bias_[v];

@@ -26,12 +26,18 @@ struct DrafterState {
 
 class Drafter {
  public:
-  static std::unique_ptr<Drafter> load(const std::string& dir);
+  // Loads the drafter for the target it is paired with: the tap width is len(target_layer_ids) * the target's
+  // hidden size, checked against fc.weight (and the optional target_hidden_size key); vocabularies and tap layers
+  // must fit the target. Throws ts::Error naming what disagrees.
+  static std::unique_ptr<Drafter> load(const std::string& dir, const ModelConfig& target);
 
   const DrafterConfig& config() const { return config_; }
   int block_size() const { return config_.block_size; }
   int vocab_size() const { return config_.vocab_size; }
-  // Width of one context row: taps concatenated, len(target_layer_ids) * target_hidden_size.
+  // False for a drafter without a Markov head (markov_rank 0): conditionals are then the base logits, so
+  // priorities built on parent-conditional q (TreeSpark's calibrated / logq trees) have nothing to rank by.
+  bool has_markov_head() const { return config_.markov_rank > 0; }
+  // Width of one context row: taps concatenated, len(target_layer_ids) * the target's hidden size.
   int tap_width() const { return int(config_.target_layer_ids.size()) * config_.target_hidden_size; }
 
   DrafterState new_state(int max_tokens) const;
@@ -44,7 +50,7 @@ class Drafter {
   // The context is unchanged.
   void draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits);
 
-  // logits: [vocab] += W2 * W1[parent]
+  // logits: [vocab] += W2 * W1[parent]; unchanged without a Markov head.
   void add_markov_bias(int32_t parent, float* logits) const;
 
  private:
@@ -60,8 +66,8 @@ class Drafter {
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]
-  std::vector<float> markov_w1_;   // [vocab, rank]
-  kernels::Linear markov_w2_;      // [vocab, rank]: bias = W2 * W1[parent]
+  std::vector<float> markov_w1_;   // [vocab, rank], empty without a Markov head
+  kernels::Linear markov_w2_;      // [vocab, rank]: bias = W2 * W1[parent]; unset without a Markov head
 
   LayerScratch scratch_;
   std::vector<float> ctx_, x_, q_, attn_;  // [rows, width] scratch

@@ -91,6 +91,31 @@ const char* torch_dtype_name(DType t) {
   return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
 }
 
+// The RoPE object in Hugging Face spelling: "rope_type" plus the parameters the type uses.
+nlohmann::json rope_params_json(const RopeConfig& r) {
+  nlohmann::json j;
+  j["rope_type"] = rope_type_name(r.type);
+  if (r.type != RopeType::Default) j["factor"] = r.factor;
+  if (r.type == RopeType::Llama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+  }
+  if (r.type == RopeType::Llama3 || r.type == RopeType::Yarn)
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if (r.type == RopeType::Yarn) {
+    j["beta_fast"] = r.beta_fast;
+    j["beta_slow"] = r.beta_slow;
+    if (r.attention_factor > 0) j["attention_factor"] = r.attention_factor;
+  }
+  return j;
+}
+
+void check_rope(const RopeConfig& r) {
+  TS_CHECK(r.theta > 0, "random checkpoint: the RoPE base must be positive, got ", r.theta);
+  TS_CHECK(r.type == RopeType::Default || r.type == RopeType::Linear || r.original_max_position_embeddings > 0,
+           "random checkpoint: ", rope_type_name(r.type), " RoPE needs original_max_position_embeddings");
+}
+
 }  // namespace
 
 std::string model_config_json(const ModelConfig& c, DType dtype) {
@@ -107,8 +132,11 @@ std::string model_config_json(const ModelConfig& c, DType dtype) {
   j["num_key_value_heads"] = c.num_kv_heads;
   j["head_dim"] = c.head_dim;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["max_position_embeddings"] = c.max_position_embeddings;
+  // transformers 4.x spelling (as Qwen3 / Qwen2.5 / Llama-3.1 folders are published): rope_theta + rope_scaling.
+  check_rope(c.rope);
+  j["rope_theta"] = c.rope.theta;
+  j["rope_scaling"] = c.rope.type == RopeType::Default ? nlohmann::json(nullptr) : rope_params_json(c.rope);
+  j["max_position_embeddings"] = c.max_position_embeddings;  // as given (not re-derived: write fresh configs only)
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = torch_dtype_name(dtype);
   if (c.architecture == "LlamaForCausalLM") j["attention_bias"] = c.qkv_bias;
@@ -123,17 +151,22 @@ std::string drafter_config_json(const DrafterConfig& c) {
   j["architectures"] = {"DSparkDrafter"};
   j["block_size"] = c.block_size;
   j["markov_rank"] = c.markov_rank;
+  if (c.markov_rank > 0) j["markov_head_type"] = c.markov_head_type;
   j["target_layer_ids"] = c.target_layer_ids;
   j["mask_token_id"] = c.mask_token_id;
   j["num_hidden_layers"] = c.num_layers;
   j["hidden_size"] = c.hidden_size;
-  j["target_hidden_size"] = c.target_hidden_size;
   j["head_dim"] = c.head_dim;
   j["num_attention_heads"] = c.num_heads;
   j["num_key_value_heads"] = c.num_kv_heads;
   j["intermediate_size"] = c.intermediate_size;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
+  // transformers v5 spelling, as the published DSpark drafters are saved: rope_parameters, no top-level rope_theta.
+  check_rope(c.rope);
+  nlohmann::json rope = rope_params_json(c.rope);
+  rope["rope_theta"] = c.rope.theta;
+  j["rope_parameters"] = rope;
+  if (c.max_position_embeddings > 0) j["max_position_embeddings"] = c.max_position_embeddings;
   j["vocab_size"] = c.vocab_size;
   return j.dump(2) + "\n";
 }
@@ -157,6 +190,7 @@ void write_random_drafter(const std::string& dir, const DrafterConfig& c, DType 
   make_dirs(dir);
   Writer w(dtype, seed);
   const int H = c.hidden_size, V = c.vocab_size;
+  TS_CHECK(c.target_hidden_size > 0, "write_random_drafter: set target_hidden_size (the target's hidden size)");
   const int fc_in = int(c.target_layer_ids.size()) * c.target_hidden_size;
   w.add("embed_tokens.weight", {V, H}, 2.0f / std::sqrt(float(H)));
   w.add("fc.weight", {H, fc_in}, 1.0f / std::sqrt(float(fc_in)));
@@ -165,8 +199,10 @@ void write_random_drafter(const std::string& dir, const DrafterConfig& c, DType 
     w.add_layer(cat("layers.", l, "."), H, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, true, false);
   w.add("norm.weight", {H}, 0.1f, 1.0f);
   w.add("lm_head.weight", {V, H}, 2.0f / std::sqrt(float(H)));
-  w.add("markov_head.markov_w1.weight", {V, c.markov_rank}, 1.0f / std::sqrt(float(c.markov_rank)));
-  w.add("markov_head.markov_w2.weight", {V, c.markov_rank}, 1.0f);
+  if (c.markov_rank > 0) {  // markov_rank 0: a drafter without a Markov head (DFlash-style)
+    w.add("markov_head.markov_w1.weight", {V, c.markov_rank}, 1.0f / std::sqrt(float(c.markov_rank)));
+    w.add("markov_head.markov_w2.weight", {V, c.markov_rank}, 1.0f);
+  }
   w.write(dir + "/model.safetensors");
   write_text(dir + "/config.json", drafter_config_json(c));
 }
@@ -182,7 +218,7 @@ ModelConfig tiny_qwen3_config(int vocab, int hidden, int layers) {
   c.num_kv_heads = 2;
   c.head_dim = 16;
   c.rms_norm_eps = 1e-6f;
-  c.rope_theta = 10000.0f;
+  c.rope.theta = 10000.0;
   c.max_position_embeddings = 4096;
   c.tie_word_embeddings = true;
   c.qk_norm = true;

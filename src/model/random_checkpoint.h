@@ -10,9 +10,12 @@
 
 namespace ts {
 
-// Writes dir/config.json and dir/model.safetensors (creating dir). dtype: F32, F16 or BF16.
+// Writes dir/config.json and dir/model.safetensors (creating dir). dtype: F32, F16 or BF16. RoPE is written as
+// top-level rope_theta + rope_scaling (null for the default type).
 void write_random_model(const std::string& dir, const ModelConfig& config, DType dtype, uint64_t seed);
-// Writes a DSpark-layout drafter folder for a target of hidden size config.target_hidden_size.
+// Writes a DSpark-layout drafter folder for a target of hidden size config.target_hidden_size (fc.weight's width;
+// the key itself is not written, as in published drafters). RoPE goes in transformers v5 "rope_parameters";
+// markov_rank 0 writes a drafter without a Markov head.
 void write_random_drafter(const std::string& dir, const DrafterConfig& config, DType dtype, uint64_t seed);
 
 std::string model_config_json(const ModelConfig& config, DType dtype);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "model/rope.h"
 
 namespace ts {
 
@@ -18,9 +19,10 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   const io::Checkpoint& ckpt = *m->ckpt_;
 
   m->shape_ = LayerShape{c.hidden_size, c.num_heads,   c.num_kv_heads, c.head_dim, c.intermediate_size,
-                         c.rms_norm_eps, c.qk_norm,      c.qkv_bias};
-  m->shape_.rope_inv_freq.resize(c.head_dim / 2);
-  kernels::rope_default_inv_freq(c.rope_theta, c.head_dim, m->shape_.rope_inv_freq.data());
+                         c.rms_norm_eps, c.qk_norm,      c.qkv_bias,     {},         1.0f};
+  RopeTable rope = rope_table(c.rope, c.head_dim);
+  m->shape_.rope_inv_freq = std::move(rope.inv_freq);
+  m->shape_.rope_attention_scale = rope.attention_scale;
   m->embed_table_ = &ckpt.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
   DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
 

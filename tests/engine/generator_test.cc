@@ -42,7 +42,9 @@ Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype, uint64
   d.intermediate_size = hidden * 2;
   d.vocab_size = vocab;
   write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
-  return Pair{TargetModel::load(dir + "/target"), Drafter::load(dir + "/drafter")};
+  auto target = TargetModel::load(dir + "/target");
+  auto drafter = Drafter::load(dir + "/drafter", target->config());
+  return Pair{std::move(target), std::move(drafter)};
 }
 
 struct Arm {

@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
 #include "model/target_model.h"
+#include "model_test_util.h"
 
 namespace ts {
 namespace {
@@ -44,6 +46,32 @@ std::vector<std::string> golden_cases() {
   return cases;
 }
 
+// The fixture's RoPE positions (scaled-RoPE cases spread them past original_max_position_embeddings), else 0..n-1.
+std::vector<int32_t> golden_positions(const nlohmann::json& golden, int n) {
+  std::vector<int32_t> positions(n);
+  for (int i = 0; i < n; ++i) positions[i] = i;
+  if (golden.contains("positions")) positions = golden["positions"].get<std::vector<int32_t>>();
+  EXPECT_EQ(int(positions.size()), n);
+  return positions;
+}
+
+// Max relative logit error of the model in `dir` against the fixture's logits.
+double logit_error(const std::string& dir, const nlohmann::json& golden) {
+  auto model = TargetModel::load(dir);
+  const auto ids = golden["input_ids"].get<std::vector<int32_t>>();
+  ForwardBatch b;
+  b.tokens = ids;
+  b.positions = golden_positions(golden, int(ids.size()));
+  for (int i = 0; i < int(ids.size()); ++i) b.logit_rows.push_back(i);
+  KVCache cache = model->new_cache(int(ids.size()));
+  ForwardResult r;
+  model->forward(b, {&cache}, &r);
+  std::vector<double> want;
+  for (const auto& row : golden["logits"])
+    for (const auto& v : row) want.push_back(v.get<double>());
+  return rel_error(r.logits, want);
+}
+
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, LogitsAndHiddenStatesMatchReference) {
@@ -57,7 +85,8 @@ TEST_P(GoldenTest, LogitsAndHiddenStatesMatchReference) {
 
   ForwardBatch b;
   b.tokens = ids;
-  for (int i = 0; i < n; ++i) b.positions.push_back(i), b.logit_rows.push_back(i);
+  for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
+  b.positions = golden_positions(golden, n);
   b.hidden_layers = golden["hidden_layers"].get<std::vector<int32_t>>();
   KVCache cache = model->new_cache(n);
   ForwardResult r;
@@ -97,9 +126,36 @@ INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(golden_cases()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
 
+// Negative control: each scaled-RoPE fixture, loaded with its scaling removed (plain RoPE of the same base), misses
+// the reference by far more than the tolerance. So the cases above pass only because the scaling is computed.
+TEST(Golden, IgnoringRopeScalingFailsTheScaledCases) {
+  for (const std::string name : {"llama31_llama3_f32", "qwen25_yarn_f32", "qwen3_v5_linear_f32"}) {
+    const std::string src = std::string(TS_TEST_DATA) + "/golden/" + name;
+    auto golden = nlohmann::json::parse(read_text_file(src + "/golden.json"));
+    auto config = nlohmann::json::parse(read_text_file(src + "/config.json"));
+    ASSERT_TRUE(config.contains("rope_scaling") || config.contains("rope_parameters")) << name;
+    if (config.contains("rope_parameters")) {
+      config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", config["rope_parameters"]["rope_theta"]}};
+    } else {
+      config["rope_scaling"] = nullptr;
+    }
+    const std::string dir = testing::temp_dir("unscaled");
+    for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
+    std::ofstream(dir + "/config.json") << config.dump();
+    const double scaled = logit_error(src, golden), unscaled = logit_error(dir, golden);
+    std::printf("%s: logits error %.2e with its RoPE scaling, %.2e without\n", name.c_str(), scaled, unscaled);
+    EXPECT_LT(scaled, 1e-4) << name;
+    EXPECT_GT(unscaled, 1e-2) << name << ": the fixture does not exercise its RoPE scaling";
+    fs::remove_all(dir);
+  }
+}
+
+// The drafter's RoPE base matters too: the transformers v5 fixture (rope_parameters.rope_theta 1e6) read with the
+// old default base 10000 misses its base logits (checked in drafter_golden_test.cc, DrafterGolden.WrongRopeBaseFails).
+
 TEST(Golden, FixturesArePresent) {
   // The golden fixtures are committed; an empty list would make the suite above vacuous.
-  EXPECT_GE(golden_cases().size(), 5u);
+  EXPECT_GE(golden_cases().size(), 10u);
 }
 
 }  // namespace

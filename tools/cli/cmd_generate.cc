@@ -68,6 +68,9 @@ int cmd_generate(int argc, char** argv) {
       TS_FAIL("--mode ", flags.mode, " needs --drafter");
     }
   }
+  flags.apply_generation_config(bundle.generation_config);
+  const std::string fallback = bundle.drafter ? flags.fall_back_without_markov(*bundle.drafter) : "";
+  if (!fallback.empty()) std::fprintf(stderr, "treespark: %s\n", fallback.c_str());
   GenerateOptions opt = flags.options(bundle.drafter ? bundle.drafter->block_size() : 1);
   opt.stop_ids = bundle.stop_ids();
   spec::CostModel cost;
@@ -106,6 +109,9 @@ int cmd_generate(int argc, char** argv) {
       j["ids"] = r.ids;
       j["prompt_tokens"] = ids.size();
       j["mode"] = flags.mode;
+      j["priority"] = flags.priority;
+      if (!fallback.empty()) j["fallback"] = fallback;
+      j["sampling"] = flags.sampling_json();  // each value and where it came from (flag, generation_config.json, default)
       if (bundle.tokenizer) j["text"] = bundle.decode(r.ids);
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {

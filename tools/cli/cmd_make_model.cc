@@ -73,7 +73,7 @@ int cmd_make_model(int argc, char** argv) {
     d.num_kv_heads = c.num_kv_heads;
     d.intermediate_size = c.intermediate_size;
     d.rms_norm_eps = c.rms_norm_eps;
-    d.rope_theta = c.rope_theta;
+    d.rope = c.rope;
     d.vocab_size = c.vocab_size;
     write_random_drafter(drafter_out, d, dtype, seed + 1000);
     std::printf("wrote %s (DSpark drafter, block %d, rank %d)\n", drafter_out.c_str(), block_size, markov_rank);

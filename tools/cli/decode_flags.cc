@@ -1,5 +1,6 @@
 #include "decode_flags.h"
 
+#include <iomanip>
 #include <sstream>
 
 #include "core/cpu.h"
@@ -8,10 +9,15 @@
 namespace ts::cli {
 
 void DecodeFlags::add_sampling(CLI::App& app) {
-  app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", top_p, "nucleus sampling mass (1 = off)");
-  app.add_option("--min-p", min_p, "drop tokens below min-p x the top probability (0 = off)");
+  // Not given: generation_config.json's value, else the default shown.
+  temperature_opt_ = app.add_option("--temperature", temperature, "sampling temperature (0 = greedy; default: "
+                                    "generation_config.json, else 0)")->check(CLI::NonNegativeNumber);
+  top_k_opt_ = app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = off; default: "
+                              "generation_config.json, else 0)")->check(CLI::NonNegativeNumber);
+  top_p_opt_ = app.add_option("--top-p", top_p, "nucleus sampling mass (1 = off; default: generation_config.json, "
+                              "else 1)");
+  min_p_opt_ = app.add_option("--min-p", min_p, "drop tokens below min-p x the top probability (0 = off; default: "
+                              "generation_config.json, else 0)");
   app.add_option("--seed", seed, "random seed");
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   app.add_option("--max-context", max_context, "context limit, prompt included")->check(CLI::PositiveNumber);
@@ -21,7 +27,7 @@ void DecodeFlags::add_sampling(CLI::App& app) {
 void DecodeFlags::add_spec(CLI::App& app) {
   app.add_option("--mode", mode, "none (target only) | chain | tree")
       ->check(CLI::IsMember({"none", "chain", "tree"}));
-  app.add_option("--priority", priority,
+  priority_opt_ = app.add_option("--priority", priority,
                  "tree priority: calibrated (TreeSpark) | logq (uncalibrated) | marginal (per-position U, DDTree-style)")
       ->check(CLI::IsMember({"calibrated", "logq", "marginal"}));
   app.add_option("--theta", theta, "stop growing when the best candidate's survival < theta (default 0.05)");
@@ -32,6 +38,43 @@ void DecodeFlags::add_spec(CLI::App& app) {
                "price each node with the target's cost curve L(b, k), measured at start-up (load-adaptive theta)");
   app.add_option("--load-batch", load_batch, "batch size the adaptive theta assumes (serving load)")
       ->check(CLI::PositiveNumber);
+}
+
+void DecodeFlags::apply_generation_config(const GenerationConfig& generation_config) {
+  SamplingOverrides given;
+  auto explicit_option = [](const CLI::Option* o) { return o && o->count() > 0; };
+  if (explicit_option(temperature_opt_)) given.temperature = temperature;
+  if (explicit_option(top_p_opt_)) given.top_p = top_p;
+  if (explicit_option(top_k_opt_)) given.top_k = top_k;
+  if (explicit_option(min_p_opt_)) given.min_p = min_p;
+  sampling = choose_sampling(given, generation_config);
+  unsupported_ = generation_config.unsupported;
+  temperature = sampling.params.temperature;
+  top_p = sampling.params.top_p;
+  top_k = sampling.params.top_k;
+  min_p = sampling.params.min_p;
+}
+
+nlohmann::json DecodeFlags::sampling_json() const {
+  auto entry = [](const nlohmann::json& value, const std::string& source) {
+    return nlohmann::json{{"value", value}, {"source", source}};
+  };
+  // The f32 values as their shortest decimal (0.6, not 0.6000000238418579).
+  auto shortest = [](float v) { return std::stod(cat(std::setprecision(7), v)); };
+  nlohmann::json j{{"temperature", entry(shortest(temperature), sampling.temperature_source)},
+                   {"top_p", entry(shortest(top_p), sampling.top_p_source)},
+                   {"top_k", entry(top_k, sampling.top_k_source)},
+                   {"min_p", entry(shortest(min_p), sampling.min_p_source)}};
+  if (!unsupported_.empty()) j["not_applied"] = unsupported_;  // generation_config.json keys treespark lacks
+  return j;
+}
+
+std::string DecodeFlags::fall_back_without_markov(const Drafter& drafter) {
+  if (drafter.has_markov_head() || mode != "tree" || priority != "calibrated") return "";
+  priority = "marginal";
+  return std::string("the drafter has no Markov head (markov_rank 0), so TreeSpark's calibrated priority has no "
+                     "parent-conditional q to rank by; using --priority marginal") +
+         (priority_opt_ && priority_opt_->count() ? " instead of the requested calibrated" : "");
 }
 
 void DecodeFlags::apply_threads(size_t weight_bytes) const {

@@ -2,10 +2,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/sampling_defaults.h"
+#include "model/config.h"
+#include "model/drafter.h"
 
 namespace ts::cli {
 
@@ -25,10 +29,26 @@ struct DecodeFlags {
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);
+  // After parsing: temperature, top_p, top_k and min_p not given as flags come from generation_config.json (see
+  // choose_sampling); `sampling` records each value's source.
+  void apply_generation_config(const GenerationConfig& generation_config);
+  // {"temperature": {"value": v, "source": s}, "top_p": ..., "top_k": ..., "min_p": ...}, plus "not_applied":
+  // [keys] when generation_config.json sets sampling options treespark does not implement.
+  nlohmann::json sampling_json() const;
+  // --mode tree with the calibrated (TreeSpark) priority needs a Markov head (parent-conditional q). Without one
+  // the priority falls back to marginal; returns why ("" when nothing changed).
+  std::string fall_back_without_markov(const Drafter& drafter);
   // Sets the thread count: --threads, else default_threads_for(the model's weight bytes).
   void apply_threads(size_t weight_bytes) const;
   // Builds generation options; block_size bounds the chain length default.
   GenerateOptions options(int block_size) const;
+
+  SamplingChoice sampling;  // filled by apply_generation_config
+
+ private:
+  CLI::Option *temperature_opt_ = nullptr, *top_p_opt_ = nullptr, *top_k_opt_ = nullptr, *min_p_opt_ = nullptr;
+  CLI::Option* priority_opt_ = nullptr;
+  std::vector<std::string> unsupported_;  // generation_config.json sampling keys not applied
 };
 
 std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" or "1 2 3"

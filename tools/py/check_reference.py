@@ -13,7 +13,8 @@ Checks (each prints PASS/FAIL; exit status 1 on any failure):
   drafter       permuting ctx rows (with their positions) leaves U unchanged; shifting all positions leaves U
                 unchanged; row 0 depends on later block rows (non-causal); conditionals match the formula
   discriminate  plausible implementation mistakes (kv head h % n_kv, interleaved RoPE, causal drafter block,
-                ctx normed by input_layernorm) move the goldens by far more than any test tolerance
+                ctx normed by input_layernorm, RoPE scaling ignored, the drafter's base read as 10000) move the
+                goldens by far more than any test tolerance
 """
 import argparse
 import copy
@@ -85,7 +86,7 @@ def check_golden_models(root):
         folder = os.path.join(root, case)
         cfg, w = rm.load_model(folder)
         g = json.load(open(os.path.join(folder, "golden.json")))
-        logits, hidden = rm.forward(cfg, w, g["input_ids"])
+        logits, hidden = rm.forward(cfg, w, g["input_ids"], positions=g.get("positions"))
         scale = torch.as_tensor(g["logits"]).abs().max().item()
         d_logits = maxdiff(logits, g["logits"]) / scale
         d_hidden = max(maxdiff(hidden[l], g["hidden"][i]) / max(1.0, hidden[l].abs().max().item())
@@ -95,7 +96,7 @@ def check_golden_models(root):
         tied_ok = ("lm_head.weight" not in w) == cfg.tied
         check(f"golden {case} recomputes", d_logits < 1e-8 and d_hidden < 1e-8 and dtype_ok and tied_ok,
               f"rel logits {d_logits:.1e} hidden {d_hidden:.1e} dtype {sorted(set(dtypes.values()))} tied {cfg.tied}")
-        models[case] = (cfg, w, g["input_ids"], logits)
+        models[case] = (cfg, w, g["input_ids"], logits, g.get("positions"))
     return models
 
 
@@ -108,7 +109,7 @@ def incremental_forward(cfg, w, ids):
     group = cfg.n_heads // cfg.n_kv
     for t, tok in enumerate(ids):
         x = w["model.embed_tokens.weight"][tok].clone()  # [H]
-        cos, sin = rm.rope_cos_sin(torch.tensor([t]), cfg.head_dim, cfg.theta)
+        cos, sin = rm.rope_cos_sin(torch.tensor([t]), cfg.head_dim, cfg.rope)
         for l in range(cfg.n_layers):
             p = f"model.layers.{l}."
             h = rm.rms_norm(x, w[p + "input_layernorm.weight"], cfg.eps)
@@ -154,7 +155,11 @@ def to_mha(cfg, w):
 
 
 def check_model_invariants(models):
-    for case, (cfg, w, ids, logits) in models.items():
+    for case, (cfg, w, ids, logits, positions) in models.items():
+        if positions is not None:  # spread positions: only the shift invariance applies (scaled RoPE is relative too)
+            d_shift = maxdiff(rm.forward(cfg, w, ids, positions=positions, position_offset=17)[0], logits)
+            check(f"rope shift {case}", d_shift < 1e-8, f"max diff {d_shift:.1e}")
+            continue
         d_prefix = max(maxdiff(rm.forward(cfg, w, ids[:k])[0], logits[:k]) for k in (1, 3, len(ids) - 1))
         check(f"causality {case}", d_prefix < 1e-10, f"max diff {d_prefix:.1e}")
         d_shift = maxdiff(rm.forward(cfg, w, ids, position_offset=17)[0], logits)
@@ -173,8 +178,8 @@ def check_drafters(root):
     drafters = {}
     for case in sorted(d for d in os.listdir(root) if d.startswith("drafter_")):
         folder = os.path.join(root, case)
-        cfg, w = rd.load_drafter(folder)
         g = json.load(open(os.path.join(folder, "golden.json")))
+        cfg, w = rd.load_drafter(folder, g["target_hidden_size"])
         th = torch.tensor(g["target_hidden"], dtype=F64)
         U = rd.block_logits(cfg, w, th, g["anchor"])
         n_ctx = g["n_ctx"]
@@ -182,7 +187,8 @@ def check_drafters(root):
         d_cond = max(maxdiff(rd.markov_logits(cfg, w, U, c["depth"], c["parent"]), c["logits"])
                      for c in g["conditionals"])
         first = g["conditionals"][0]
-        formula = U[0] + w["markov_head.markov_w2.weight"] @ w["markov_head.markov_w1.weight"][g["anchor"]]
+        formula = U[0] + (w["markov_head.markov_w2.weight"] @ w["markov_head.markov_w1.weight"][g["anchor"]]
+                          if cfg.rank > 0 else 0)
         check(f"golden {case} recomputes", d_golden < 1e-8 and d_cond < 1e-6 and th.shape[0] == n_ctx
               and first["depth"] == 1 and first["parent"] == g["anchor"] and maxdiff(formula, first["logits"]) < 1e-6,
               f"rel U {d_golden:.1e} conditionals {d_cond:.1e}")
@@ -225,7 +231,7 @@ def check_discrimination(models, drafters):
     def layer_with_normed_ctx(cfg, w, l, x, ctx, *rope):  # ctx passed through the layer's input_layernorm
         return real_layer(cfg, w, l, x, rm.rms_norm(ctx, w[f"layers.{l}.input_layernorm.weight"], cfg.eps), *rope)
 
-    cfg, w, ids, logits = models["qwen3_gqa_f32"]
+    cfg, w, ids, logits, _ = models["qwen3_gqa_f32"]
     for label, mod, attr, fake in (("kv head h % n_kv", rm, "attention", attention_modulo),
                                    ("interleaved rope", rm, "apply_rope", rope_interleaved)):
         setattr(mod, attr, fake)
@@ -235,6 +241,20 @@ def check_discrimination(models, drafters):
             setattr(mod, attr, {"attention": real_attention, "apply_rope": real_rope}[attr])
         check(f"discriminates {label} (qwen3_gqa_f32)", d > 0.05, f"logits move {d:.2f}")
 
+    # Ignoring the RoPE scaling (plain RoPE of the same base) must move every scaled case.
+    for case, (cfg, w, ids, logits, positions) in models.items():
+        if cfg.rope.type == "default":
+            continue
+        plain = copy.copy(cfg)
+        plain.rope = rm.Rope({"rope_theta": cfg.rope.theta})
+        d = maxdiff(rm.forward(plain, w, ids, positions=positions)[0], logits)
+        check(f"discriminates ignored {cfg.rope.type} scaling ({case})", d > 0.05, f"logits move {d:.2f}")
+    for case, (dcfg, dw, th, anchor, U) in drafters.items():
+        if dcfg.rope.theta != 10000.0:  # the old silent default base
+            wrong = copy.copy(dcfg)
+            wrong.rope = rm.Rope({"rope_theta": 10000.0})
+            d = maxdiff(rd.block_logits(wrong, dw, th, anchor), U)
+            check(f"discriminates rope_theta 1e4 for {dcfg.rope.theta:g} ({case})", d > 0.05, f"U moves {d:.2f}")
     for case, (dcfg, dw, th, anchor, U) in drafters.items():
         rd.attention = attention_causal_block
         try:

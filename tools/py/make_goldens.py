@@ -42,14 +42,36 @@ MODEL_CASES = [
          head_dim=8, inter=96, tied=False, dtype="BF16", theta=500000.0, eps=1e-5, T=12),
     dict(name="qwen3_sharded_f32", arch="Qwen3ForCausalLM", seed=107, vocab=128, hidden=32, layers=3, heads=2,
          kv=1, head_dim=32, inter=64, tied=False, dtype="F32", theta=1000000.0, eps=1e-6, T=12, shards=2),
+    # Scaled RoPE in the published spellings. Positions are spread over [0, span) (sorted, so rows stay causal),
+    # far beyond original_max_position_embeddings, so every scaled frequency band turns visibly.
+    dict(name="llama31_llama3_f32", arch="LlamaForCausalLM", seed=108, vocab=128, hidden=48, layers=2, heads=4,
+         kv=2, head_dim=16, inter=96, tied=False, dtype="F32", theta=500000.0, eps=1e-5, T=12, max_pos=2048,
+         span=1000, rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 256, "rope_type": "llama3"}),
+    dict(name="qwen25_yarn_f32", arch="Qwen2ForCausalLM", seed=109, vocab=128, hidden=48, layers=2, heads=4, kv=2,
+         head_dim=16, inter=80, tied=True, dtype="F32", theta=1000000.0, eps=1e-6, T=12, max_pos=1024, span=1000,
+         rope_scaling={"factor": 4.0, "original_max_position_embeddings": 256, "type": "yarn"}),
+    dict(name="qwen3_v5_linear_f32", arch="Qwen3ForCausalLM", seed=110, vocab=128, hidden=48, layers=2, heads=4,
+         kv=2, head_dim=16, inter=80, tied=True, dtype="F32", theta=10000.0, eps=1e-6, T=12, max_pos=2048, span=1000,
+         rope_parameters={"rope_type": "linear", "factor": 4.0}),
 ]
 
 DRAFTER_CASES = [
     dict(name="drafter_b4_r8", seed=201, block=4, rank=8, layers=1, hidden=32, heads=2, kv=2, head_dim=16, inter=64,
-         vocab=128, target_hidden=32, taps=[0, 2], mask=127, n_ctx=6, anchor=37, dtype="F32", theta=1000000.0),
+         vocab=128, target_hidden=32, taps=[0, 2], mask=127, n_ctx=6, anchor=37, dtype="F32", theta=1000000.0,
+         legacy=True),
     dict(name="drafter_b7_r16", seed=202, block=7, rank=16, layers=2, hidden=48, heads=4, kv=2, head_dim=16,
          inter=96, vocab=128, target_hidden=64, taps=[0, 1, 3], mask=3, n_ctx=9, anchor=90, dtype="BF16",
-         theta=10000.0),
+         theta=10000.0, legacy=True),
+    # As published DSpark drafters (saved by transformers v5): rope_parameters with rope_theta 1e6, no
+    # target_hidden_size key, a hidden size unlike the target's (the tap width comes from the target).
+    dict(name="drafter_v5_b5_r8", seed=203, block=5, rank=8, layers=1, hidden=32, heads=2, kv=1, head_dim=16,
+         inter=64, vocab=128, target_hidden=48, target_layers=4, taps=[1, 3], mask=126, n_ctx=10, anchor=5,
+         dtype="F32", theta=1000000.0),
+    # No Markov head (DFlash-style): markov_rank 0, no markov tensors; conditionals are the base rows.
+    dict(name="drafter_nomarkov_b4", seed=204, block=4, rank=0, layers=1, hidden=32, heads=2, kv=2, head_dim=16,
+         inter=64, vocab=128, target_hidden=64, target_layers=2, taps=[0, 1], mask=127, n_ctx=7, anchor=11,
+         dtype="F32", theta=1000000.0),
 ]
 
 MODEL_TYPES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
@@ -145,14 +167,30 @@ def fresh_dir(path):
 # ---------------------------------------------------------------- cases
 
 def model_config(c):
-    return {
+    config = {
         "architectures": [c["arch"]], "model_type": MODEL_TYPES[c["arch"]], "hidden_act": "silu",
         "hidden_size": c["hidden"], "intermediate_size": c["inter"], "num_hidden_layers": c["layers"],
         "num_attention_heads": c["heads"], "num_key_value_heads": c["kv"], "head_dim": c["head_dim"],
         "rms_norm_eps": c["eps"], "rope_theta": c["theta"], "vocab_size": c["vocab"],
-        "tie_word_embeddings": c["tied"], "max_position_embeddings": 512, "torch_dtype": DTYPE_NAMES[c["dtype"]],
-        "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": c["tied"], "max_position_embeddings": c.get("max_pos", 512),
+        "torch_dtype": DTYPE_NAMES[c["dtype"]], "bos_token_id": 1, "eos_token_id": 2,
     }
+    if "rope_scaling" in c:  # transformers 4.x spelling, as Llama-3.1 and Qwen2.5 folders are published
+        config["rope_scaling"] = c["rope_scaling"]
+    if "rope_parameters" in c:  # transformers v5 spelling: no top-level rope_theta, "dtype" for "torch_dtype"
+        del config["rope_theta"], config["torch_dtype"]
+        config["rope_parameters"] = dict(c["rope_parameters"], rope_theta=c["theta"])
+        config["dtype"] = DTYPE_NAMES[c["dtype"]]
+        config["transformers_version"] = "5.0.0"
+    return config
+
+
+def case_positions(gen, c):
+    """RoPE positions of the T rows: 0..T-1, or sorted distinct draws from [0, span) starting at 0."""
+    if "span" not in c:
+        return None
+    rest = (torch.randperm(c["span"] - 1, generator=gen)[: c["T"] - 1] + 1).sort().values
+    return [0] + rest.tolist()
 
 
 def make_model_case(out_root, c):
@@ -165,26 +203,39 @@ def make_model_case(out_root, c):
     weights = random_weights(gen, model_shapes(ModelConfig(config)))
     write_checkpoint(folder, weights, c["dtype"], c.get("shards", 1))
     input_ids = torch.randint(0, c["vocab"], (c["T"],), generator=gen).tolist()
+    positions = case_positions(gen, c)
     # Compute from the files just written, so the golden reflects exactly the stored (e.g. bf16-rounded) weights.
     cfg, w = load_model(folder)
-    logits, hidden = forward(cfg, w, input_ids)
+    logits, hidden = forward(cfg, w, input_ids, positions=positions)
     layers = list(range(cfg.n_layers))
-    write_json(os.path.join(folder, "golden.json"), {
-        "input_ids": input_ids, "weights_dtype": c["dtype"], "logits": to_lists(logits),
-        "hidden_layers": layers, "hidden": [to_lists(hidden[l]) for l in layers],
-    })
+    golden = {"input_ids": input_ids}
+    if positions is not None:
+        golden["positions"] = positions
+    golden.update({"weights_dtype": c["dtype"], "logits": to_lists(logits),
+                   "hidden_layers": layers, "hidden": [to_lists(hidden[l]) for l in layers]})
+    write_json(os.path.join(folder, "golden.json"), golden)
     return logits
 
 
 def drafter_config(c):
-    return {
+    config = {
         "architectures": ["DSparkDrafter"], "block_size": c["block"], "markov_rank": c["rank"],
         "target_layer_ids": c["taps"], "mask_token_id": c["mask"], "num_hidden_layers": c["layers"],
         "hidden_size": c["hidden"], "head_dim": c["head_dim"], "num_attention_heads": c["heads"],
         "num_key_value_heads": c["kv"], "intermediate_size": c["inter"], "rms_norm_eps": 1e-6,
-        "rope_theta": c["theta"], "vocab_size": c["vocab"], "target_hidden_size": c["target_hidden"],
-        "torch_dtype": DTYPE_NAMES[c["dtype"]],
     }
+    if c.get("legacy"):  # the layout treespark wrote before: top-level rope_theta, target_hidden_size (consistent)
+        config.update({"rope_theta": c["theta"], "vocab_size": c["vocab"], "target_hidden_size": c["target_hidden"],
+                       "torch_dtype": DTYPE_NAMES[c["dtype"]]})
+        return config
+    if c["rank"] > 0:
+        config["markov_head_type"] = "vanilla"
+    else:
+        del config["markov_rank"]  # absent = no Markov head
+    config.update({"rope_parameters": {"rope_theta": c["theta"], "rope_type": "default"},
+                   "max_position_embeddings": 4096, "vocab_size": c["vocab"], "dtype": DTYPE_NAMES[c["dtype"]],
+                   "transformers_version": "5.0.0"})
+    return config
 
 
 def make_drafter_case(out_root, c):
@@ -194,13 +245,13 @@ def make_drafter_case(out_root, c):
     config = drafter_config(c)
     write_json(os.path.join(folder, "config.json"), config)
     gen = torch.Generator().manual_seed(c["seed"])
-    weights = random_weights(gen, drafter_shapes(DrafterConfig(config)))
+    weights = random_weights(gen, drafter_shapes(DrafterConfig(config, c["target_hidden"])))
     write_checkpoint(folder, weights, c["dtype"])
     # Target hidden states grow with depth in real models: give each tap its own scale.
     taps = [torch.randn(c["n_ctx"], c["target_hidden"], generator=gen, dtype=torch.float64) * (1.0 + 2.0 * i)
             for i in range(len(c["taps"]))]
     target_hidden = round9(torch.cat(taps, dim=1))  # [n_ctx, n_taps*Ht], exactly what the JSON will hold
-    cfg, w = load_drafter(folder)
+    cfg, w = load_drafter(folder, c["target_hidden"])
     U = block_logits(cfg, w, target_hidden, c["anchor"])  # [B, V]
     # Conditionals: the greedy chain (parent of depth d = argmax at depth d-1; depth 1 = anchor), plus a few
     # random parents so a test cannot pass by only handling argmax parents.
@@ -214,7 +265,8 @@ def make_drafter_case(out_root, c):
         conditionals.append({"depth": depth, "parent": parent,
                              "logits": markov_logits(cfg, w, U, depth, parent).tolist()})
     write_json(os.path.join(folder, "golden.json"), {
-        "weights_dtype": c["dtype"], "anchor": c["anchor"], "n_ctx": c["n_ctx"],
+        "target_hidden_size": c["target_hidden"], "target_num_layers": c.get("target_layers", max(c["taps"]) + 1),
+        "vocab_size": c["vocab"], "weights_dtype": c["dtype"], "anchor": c["anchor"], "n_ctx": c["n_ctx"],
         "target_hidden": target_hidden.tolist(), "U": U.tolist(), "conditionals": conditionals,
     })
     return U

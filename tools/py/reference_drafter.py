@@ -11,9 +11,14 @@ tokens before it:
                                                                                 the anchor
 Markov conditional logits of a child at depth d (1-based) whose parent token is t: U[d-1] + W2 @ W1[t], with
 W1 = markov_head.markov_w1.weight [V, rank], W2 = markov_head.markov_w2.weight [V, rank]. Depth-1 children have
-the anchor as parent.
+the anchor as parent. markov_head_type must be "vanilla" (or absent). A drafter with markov_rank 0 (or absent) has
+no Markov head and no markov tensors: its conditionals are U[d-1].
 
-    cfg, w = load_drafter(folder)
+The tap width is len(target_layer_ids) * the hidden size of the target the drafter is paired with (published
+configs carry no target_hidden_size; when one is present it must agree). RoPE: rope_theta / rope_scaling or
+transformers v5 rope_parameters, as for targets (reference_model.Rope).
+
+    cfg, w = load_drafter(folder, target_hidden_size)
     U = block_logits(cfg, w, target_hidden, anchor)          # [B, V]
     markov_logits(cfg, w, U, depth, parent)                  # [V]
 """
@@ -22,17 +27,20 @@ import os
 
 import torch
 
-from reference_model import F64, apply_rope, attention, check_weights, rms_norm, rope_cos_sin, swiglu_mlp
+from reference_model import F64, Rope, apply_rope, attention, check_weights, rms_norm, rope_cos_sin, swiglu_mlp
 from safetensors_io import read_checkpoint
 
 
 class DrafterConfig:
-    def __init__(self, d):
+    def __init__(self, d, target_hidden_size):
         arch = d.get("architectures", ["?"])[0]
         if arch != "DSparkDrafter":
             raise ValueError(f"drafter architecture {arch!r}; expected 'DSparkDrafter'")
+        head_type = d.get("markov_head_type") or "vanilla"
+        if head_type != "vanilla":
+            raise ValueError(f"markov_head_type {head_type!r} not supported (only 'vanilla')")
         self.block_size = d["block_size"]
-        self.rank = d["markov_rank"]
+        self.rank = d.get("markov_rank") or 0
         self.target_layer_ids = list(d["target_layer_ids"])
         self.mask_token_id = d["mask_token_id"]
         self.n_layers = d["num_hidden_layers"]
@@ -42,9 +50,11 @@ class DrafterConfig:
         self.n_kv = d["num_key_value_heads"]
         self.intermediate = d["intermediate_size"]
         self.eps = d["rms_norm_eps"]
-        self.theta = d["rope_theta"]
+        self.rope = Rope(d, d.get("max_position_embeddings"))
         self.vocab = d["vocab_size"]
-        self.target_hidden = d["target_hidden_size"]
+        if d.get("target_hidden_size") not in (None, target_hidden_size):
+            raise ValueError(f"target_hidden_size {d['target_hidden_size']} != the target's {target_hidden_size}")
+        self.target_hidden = target_hidden_size
         self.fc_in = len(self.target_layer_ids) * self.target_hidden
 
 
@@ -54,8 +64,10 @@ def expected_shapes(cfg):
     shapes = {
         "embed_tokens.weight": [V, H], "fc.weight": [H, cfg.fc_in], "hidden_norm.weight": [H],
         "norm.weight": [H], "lm_head.weight": [V, H],
-        "markov_head.markov_w1.weight": [V, cfg.rank], "markov_head.markov_w2.weight": [V, cfg.rank],
     }
+    if cfg.rank > 0:
+        shapes["markov_head.markov_w1.weight"] = [V, cfg.rank]
+        shapes["markov_head.markov_w2.weight"] = [V, cfg.rank]
     for l in range(cfg.n_layers):
         p = f"layers.{l}."
         shapes.update({
@@ -68,9 +80,9 @@ def expected_shapes(cfg):
     return shapes
 
 
-def load_drafter(folder):
+def load_drafter(folder, target_hidden_size):
     with open(os.path.join(folder, "config.json")) as f:
-        cfg = DrafterConfig(json.load(f))
+        cfg = DrafterConfig(json.load(f), target_hidden_size)
     tensors, _ = read_checkpoint(folder)
     weights = {name: t.to(F64) for name, t in tensors.items()}
     check_weights(expected_shapes(cfg), weights)
@@ -115,8 +127,8 @@ def block_logits(cfg, w, target_hidden, anchor, ctx_positions=None, block_start=
     ctx = rms_norm(target_hidden @ w["fc.weight"].T, w["hidden_norm.weight"], cfg.eps)  # [n_ctx, H]
     block_ids = torch.tensor([anchor] + [cfg.mask_token_id] * (B - 1))  # [B]
     x = w["embed_tokens.weight"][block_ids]  # [B, H]
-    cos_ctx, sin_ctx = rope_cos_sin(torch.as_tensor(ctx_positions), cfg.head_dim, cfg.theta)  # [n_ctx, hd]
-    cos_blk, sin_blk = rope_cos_sin(torch.arange(B) + block_start, cfg.head_dim, cfg.theta)  # [B, hd]
+    cos_ctx, sin_ctx = rope_cos_sin(torch.as_tensor(ctx_positions), cfg.head_dim, cfg.rope)  # [n_ctx, hd]
+    cos_blk, sin_blk = rope_cos_sin(torch.arange(B) + block_start, cfg.head_dim, cfg.rope)  # [B, hd]
     for l in range(cfg.n_layers):
         x = drafter_layer(cfg, w, l, x, ctx, cos_ctx, sin_ctx, cos_blk, sin_blk)
     return rms_norm(x, w["norm.weight"], cfg.eps) @ w["lm_head.weight"].T  # [B, V]
@@ -126,5 +138,7 @@ def markov_logits(cfg, w, U, depth, parent):
     """Conditional logits [V] of a child at `depth` (1..block_size) whose parent token is `parent`."""
     if not 1 <= depth <= cfg.block_size:
         raise ValueError(f"depth {depth} outside 1..{cfg.block_size}")
+    if cfg.rank == 0:  # no Markov head: the conditional is the base row
+        return U[depth - 1].clone()
     w1_row = w["markov_head.markov_w1.weight"][parent]  # [rank]
     return U[depth - 1] + w["markov_head.markov_w2.weight"] @ w1_row  # [V]

@@ -5,7 +5,8 @@ Supported `architectures[0]`:
   Qwen3ForCausalLM  q/k RMSNorm per head (before RoPE), no biases
   Qwen2ForCausalLM  q/k/v projections have biases, no q/k norm
   LlamaForCausalLM  no biases, no q/k norm
-All three: pre-norm decoder, SwiGLU MLP, rotate-half RoPE, GQA, optional tied embeddings.
+All three: pre-norm decoder, SwiGLU MLP, rotate-half RoPE (types default, linear, llama3, yarn, from either
+config spelling; see Rope), GQA, optional tied embeddings.
 
     cfg, w = load_model(folder)
     logits, hidden = forward(cfg, w, input_ids)   # logits [T, V]; hidden[l] = output of layer l, [T, H]
@@ -29,12 +30,105 @@ def rms_norm(x, weight, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rope_cos_sin(positions, head_dim, theta):
-    """positions [T] -> cos, sin [T, head_dim] for rotate-half RoPE; inv_freq_i = theta^(-2i/head_dim)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=F64) / head_dim))  # [head_dim/2]
-    freqs = positions.to(F64)[:, None] * inv_freq[None, :]  # [T, head_dim/2]
+class Rope:
+    """RoPE of one config, from either spelling:
+      transformers <= 4.x: top-level "rope_theta" and "rope_scaling" {"rope_type" or "type", "factor", ...}
+      transformers v5:     "rope_parameters" {"rope_theta", "rope_type", "factor", ...}
+    The base is required. Types: default, linear, llama3, yarn (others are refused by name).
+    """
+
+    TYPES = ("default", "linear", "llama3", "yarn")
+
+    def __init__(self, d, max_position_embeddings=None):
+        v5, legacy = d.get("rope_parameters"), d.get("rope_scaling")
+        if v5 is not None:
+            if legacy is not None:
+                raise ValueError("config has both rope_parameters and rope_scaling")
+            params = dict(v5)
+            if params.get("rope_theta") is None:
+                raise ValueError("missing RoPE base rope_parameters.rope_theta")
+            self.theta = float(params["rope_theta"])
+            if d.get("rope_theta") is not None and float(d["rope_theta"]) != self.theta:
+                raise ValueError("rope_theta disagrees with rope_parameters.rope_theta")
+        else:
+            if d.get("rope_theta") is None:
+                raise ValueError("missing RoPE base: no rope_theta and no rope_parameters")
+            self.theta = float(d["rope_theta"])
+            params = dict(legacy or {})
+        self.type = params.get("rope_type") or params.get("type") or "default"
+        if self.type not in self.TYPES:
+            raise ValueError(f"unsupported RoPE type {self.type!r}; expected one of {self.TYPES}")
+        self.params = params
+        self.max_position_embeddings = max_position_embeddings
+
+    def inv_freq_and_scale(self, head_dim):
+        """-> (inv_freq [head_dim/2] float64, attention scale multiplying cos and sin)."""
+        p, base = self.params, self.theta
+        exponent = torch.arange(0, head_dim, 2, dtype=F64) / head_dim  # 2i / head_dim
+        inv = base ** -exponent  # [head_dim/2], unscaled
+        if self.type == "default":
+            return inv, 1.0
+        if self.type == "linear":  # positions divided by factor = frequencies divided by factor
+            return inv / p["factor"], 1.0
+        if self.type == "llama3":
+            # Llama 3.1: wavelengths longer than original/low_freq_factor are stretched by `factor`, shorter than
+            # original/high_freq_factor kept, in between blended linearly in original/wavelength.
+            factor, lo, hi = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+            original = p["original_max_position_embeddings"]
+            out = []
+            for f in inv.tolist():
+                wavelength = 2 * math.pi / f
+                if wavelength < original / hi:
+                    out.append(f)
+                elif wavelength > original / lo:
+                    out.append(f / factor)
+                else:
+                    smooth = (original / wavelength - lo) / (hi - lo)
+                    out.append((1 - smooth) * f / factor + smooth * f)
+            return torch.tensor(out, dtype=F64), 1.0
+        # yarn (YaRN paper, NTK-by-parts): pair i gets weight r_i in [0, 1] on its interpolated (f / factor)
+        # frequency and 1 - r_i on the original one; r ramps linearly across the pairs that turn between beta_fast
+        # and beta_slow times over the original context.
+        original = p.get("original_max_position_embeddings") or self.max_position_embeddings
+        factor = p.get("factor")
+        if factor is None:
+            factor = self.max_position_embeddings / original
+        beta_fast, beta_slow = p.get("beta_fast") or 32, p.get("beta_slow") or 1
+
+        def pair_dim(rotations):  # solves original * inv_freq(d) / (2 pi) = rotations for the dimension d
+            return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        lo, hi = pair_dim(beta_fast), pair_dim(beta_slow)
+        if p.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, head_dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(head_dim // 2, dtype=F64) - lo) / (hi - lo)).clamp(0, 1)  # [head_dim/2]
+        inv_yarn = (inv / factor) * ramp + inv * (1 - ramp)
+
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        scale = p.get("attention_factor")
+        if scale is None:
+            if p.get("mscale") and p.get("mscale_all_dim"):
+                scale = mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"])
+            else:
+                scale = mscale(factor)
+        return inv_yarn, float(scale)
+
+
+def rope_cos_sin(positions, head_dim, rope):
+    """positions [T] -> cos, sin [T, head_dim] for rotate-half RoPE, both times the attention scale.
+
+    rope: a Rope, or a number (the base of unscaled RoPE)."""
+    if not isinstance(rope, Rope):
+        rope = Rope({"rope_theta": rope})
+    inv_freq, scale = rope.inv_freq_and_scale(head_dim)  # [head_dim/2]
+    freqs = torch.as_tensor(positions).to(F64)[:, None] * inv_freq[None, :]  # [T, head_dim/2]
     angles = torch.cat([freqs, freqs], dim=-1)  # [T, head_dim]
-    return angles.cos(), angles.sin()
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def apply_rope(x, cos, sin):
@@ -82,7 +176,8 @@ class ModelConfig:
         # Qwen3 decouples head_dim from hidden/heads; Llama/Qwen2 default to hidden/heads when absent.
         self.head_dim = d.get("head_dim") or self.hidden // self.n_heads
         self.eps = d["rms_norm_eps"]
-        self.theta = d.get("rope_theta", 10000.0)
+        self.max_positions = d.get("max_position_embeddings", 32768)
+        self.rope = Rope(d, self.max_positions)
         self.vocab = d["vocab_size"]
         self.tied = d.get("tie_word_embeddings", False)
         self.qk_norm = self.arch == "Qwen3ForCausalLM"
@@ -161,9 +256,10 @@ def decoder_layer(cfg, w, l, x, cos, sin, allowed):
     return x + swiglu_mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"], w[p + "mlp.down_proj.weight"])
 
 
-def forward(cfg, w, input_ids, position_offset=0):
+def forward(cfg, w, input_ids, position_offset=0, positions=None):
     """input_ids [T] -> (logits [T, V], [hidden after layer l, [T, H]] for l in 0..L-1).
 
+    positions [T] (increasing; default 0..T-1) are the RoPE positions; rows attend causally in row order.
     position_offset shifts every position (used only by the self-check: RoPE makes the result shift-invariant).
     """
     ids = torch.as_tensor(input_ids, dtype=torch.long)
@@ -171,7 +267,10 @@ def forward(cfg, w, input_ids, position_offset=0):
     if ids.min() < 0 or ids.max() >= cfg.vocab:
         raise ValueError(f"token ids must lie in [0, {cfg.vocab}); found [{int(ids.min())}, {int(ids.max())}]")
     x = w["model.embed_tokens.weight"][ids]  # [T, H]
-    cos, sin = rope_cos_sin(torch.arange(T) + position_offset, cfg.head_dim, cfg.theta)  # [T, hd]
+    positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
+    if positions.shape != (T,) or int(positions.max()) >= cfg.max_positions:
+        raise ValueError(f"need {T} positions below max_position_embeddings {cfg.max_positions}")
+    cos, sin = rope_cos_sin(positions + position_offset, cfg.head_dim, cfg.rope)  # [T, hd]
     allowed = torch.ones(T, T, dtype=torch.bool).tril()  # causal: row i sees columns 0..i
     hidden = []
     for l in range(cfg.n_layers):

@@ -52,7 +52,7 @@ def main():
     errs["target layer outputs"] = max(rel_err(h[0], rh) for h, rh in zip(hidden, ref_hidden))
 
     if args.drafter:
-        dcfg, dw = reference_drafter.load_drafter(args.drafter)
+        dcfg, dw = reference_drafter.load_drafter(args.drafter, rcfg.hidden)
         import json
         with open(os.path.join(args.drafter, "config.json")) as f:
             hf = json.load(f)
