@@ -41,7 +41,9 @@ Pair make_ragged_pair(DType dtype, uint64_t seed) {
   d.intermediate_size = 72;
   d.vocab_size = vocab;
   write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
-  return Pair{TargetModel::load(dir + "/target"), Drafter::load(dir + "/drafter")};
+  auto target = TargetModel::load(dir + "/target");
+  auto drafter = Drafter::load(dir + "/drafter", target->config());
+  return Pair{std::move(target), std::move(drafter)};
 }
 
 class GreedyUnderEachIsa : public ::testing::TestWithParam<std::tuple<Isa, DType>> {
