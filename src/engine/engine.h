@@ -91,8 +91,18 @@ class Engine {
   struct Live;  // one request's models' state: caches, chooser, tree options, stats
   class Runner;
 
-  void finish(Live& live, FinishReason reason, const std::string& error);
-  void emit_tokens(Live& live, const std::vector<int32_t>& tokens, std::vector<sched::SeqOutcome>& outcomes);
+  struct Item;   // one request's work in a step (engine_run.cc)
+
+  void admit(Live& live);
+  // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.
+  void run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
+  void forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps);
+  void finish_item(Item& item, sched::SeqOutcome& outcome);
+  // Appends a generated token; ends the request on a stop id or max_new_tokens. No-op once done.
+  void emit(Live& live, int32_t token);
+  void fail(Live& live, const std::string& message);
+  // Sends the step's event (tokens and, when done, the finish); a throwing callback fails the request.
+  void deliver(Live& live);
 
   TargetModel& target_;
   Drafter* drafter_;

@@ -84,7 +84,8 @@ struct RequestEvent {
 };
 // Called on the thread that runs Engine::step() (the AsyncEngine's loop thread). It must not block for long and
 // must not call back into the Engine (AsyncEngine::submit/cancel are fine). A callback that throws fails only its
-// own request (finish Error, with the exception's message; no further events for it).
+// own request: its state is freed and the callback gets one last event (finish Error, with the exception's
+// message), whose own exceptions are ignored.
 using EventCallback = std::function<void(const RequestEvent&)>;
 
 enum class RejectReason {
