@@ -42,8 +42,8 @@ class AsyncEngine {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Validates and queues; never blocks on a step. Rejections: BadParams, OverContext, QueueFull (more than
-  // EngineConfig::max_queue waiting), Draining.
+  // Validates and queues; never blocks on a step. Rejections: BadParams, OverContext, QueueFull (already
+  // EngineConfig::max_batch + max_queue requests in progress, queued or running), Draining.
   SubmitResult submit(Request request, EventCallback on_event);
 
   // Frees the request's slot and KV within one step (final event Cancelled). Unknown / finished ids are ignored.
@@ -75,7 +75,8 @@ class AsyncEngine {
   std::condition_variable idle_cv_;  // drain() waits for idleness
   std::deque<Pending> submitted_;    // guarded by mu_
   std::vector<RequestId> cancelled_; // guarded by mu_
-  int in_engine_ = 0;                // guarded by mu_: requests handed to the engine and not yet finished
+  int in_engine_ = 0;                // guarded by mu_: requests submitted and not yet finished
+  int finished_in_step_ = 0;         // loop thread only: final events sent during the current step
   EngineMetrics metrics_;            // guarded by mu_
   std::atomic<RequestId> next_id_{1};
   std::atomic<bool> draining_{false};

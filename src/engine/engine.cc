@@ -100,9 +100,10 @@ void Engine::validate(const Request& r) const {
 
 RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   validate(request);
-  if (num_waiting() >= config_.max_queue)
+  if (int(sched_.seqs.size()) >= config_.max_batch + config_.max_queue)
     throw RequestRejected(RejectReason::QueueFull,
-                          cat("queue full: ", num_waiting(), " requests waiting (max_queue ", config_.max_queue, ")"));
+                          cat("queue full: ", sched_.seqs.size(), " requests in progress (max_batch ",
+                              config_.max_batch, " + max_queue ", config_.max_queue, ")"));
   if (id == 0) id = next_id_;
   TS_CHECK(!live_.count(id), "request id ", id, " is already in use");
   next_id_ = std::max(next_id_, id + 1);
@@ -145,6 +146,10 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
 void Engine::cancel(RequestId id) {
   for (sched::SeqView& s : sched_.seqs)
     if (s.id == id) s.cancelled = true;
+}
+
+void Engine::cancel_all() {
+  for (sched::SeqView& s : sched_.seqs) s.cancelled = true;
 }
 
 bool Engine::idle() const { return sched_.seqs.empty(); }

@@ -36,7 +36,8 @@ namespace ts {
 
 struct EngineConfig {
   int max_batch = 8;           // requests admitted (prefilling or decoding) at once
-  int max_queue = 64;          // requests waiting beyond those; more are rejected with QueueFull
+  int max_queue = 64;          // requests waiting beyond those: add/submit reject with QueueFull once
+                               // max_batch + max_queue requests are in progress (queued or running)
   int max_context = 4096;      // prompt + generated tokens per request (clamped to the model's positions)
   int prefill_chunk = 256;     // prompt tokens prefilled per step, over all requests
   // KV memory all admitted requests may reserve together, bytes. 0 = enough for max_batch requests at max_context.
@@ -66,7 +67,8 @@ class Engine {
   // the models' shapes, so it is safe to call from any thread while another steps.
   void validate(const Request& request) const;
 
-  // Validates (as above), checks the queue (QueueFull when max_queue requests already wait) and queues the request.
+  // Validates (as above), checks the queue (QueueFull when max_batch + max_queue requests are already in progress)
+  // and queues the request.
   // id: 0 = the engine picks one; otherwise a fresh id chosen by the caller (AsyncEngine hands ids out itself).
   // on_event may be null. Returns the id.
   RequestId add(Request request, EventCallback on_event, RequestId id = 0);
@@ -74,6 +76,7 @@ class Engine {
   // Ends the request at the start of the next step: its final event (Cancelled) is sent then, and its KV memory
   // freed. Unknown or finished ids are ignored.
   void cancel(RequestId id);
+  void cancel_all();  // cancel() for every queued and running request
 
   bool idle() const;          // nothing waiting or running
   int num_waiting() const;
