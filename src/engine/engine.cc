@@ -12,6 +12,8 @@ namespace ts {
 
 namespace {
 
+constexpr int kMaxTreeNodes = 1024;  // one round's tree rows are reserved in KV memory: keep them bounded
+
 int tree_rows(const RequestOptions& o) {
   if (o.mode == DecodeMode::None) return 1;
   return std::max(o.tree.node_cap, o.tree.draft_len) + 2;
@@ -84,6 +86,8 @@ void Engine::validate(const Request& r) const {
   } catch (const Error& e) {
     bad(e.what());
   }
+  if (o.mode != DecodeMode::None && (o.tree.node_cap > kMaxTreeNodes || o.tree.draft_len > kMaxTreeNodes))
+    bad(cat("node_cap and draft_len must be <= ", kMaxTreeNodes, ", got ", o.tree.node_cap, " and ", o.tree.draft_len));
   if (r.prompt.empty()) bad("empty prompt");
   if (o.max_new_tokens < 0) bad(cat("max_new_tokens must be >= 0, got ", o.max_new_tokens));
   if (o.max_context < 2) bad(cat("max_context must be >= 2, got ", o.max_context));
@@ -126,7 +130,8 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   }
   live->tree.temperature = o.sampling.temperature;
   live->calibration = o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature);
-  live->reserve_rows = context_need(request, live->max_context) + tree_rows(o) +
+  live->context_rows = context_need(request, live->max_context);
+  live->reserve_rows = live->context_rows + tree_rows(o) +
                        (live->speculative ? drafter_->block_size() : 0);
   live->stats.prompt_tokens = int(request.prompt.size());
   if (live->speculative) live->stats.accepted_at_depth.assign(drafter_->block_size() + 1, 0);
@@ -169,7 +174,7 @@ int Engine::num_running() const { return int(sched_.seqs.size()) - num_waiting()
 
 void Engine::admit(Live& live) {
   live.cache = target_.new_cache(live.reserve_rows);
-  if (live.speculative) live.drafter_state = drafter_->new_state(live.max_context);
+  if (live.speculative) live.drafter_state = drafter_->new_state(live.context_rows);  // + block_size rows
   live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
   live.stats.queue_ms = now_ms() - live.t_add_ms;
 }

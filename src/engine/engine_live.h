@@ -16,7 +16,8 @@ struct Engine::Live {
   Request request;               // prompt and options as submitted
   EventCallback on_event;
   int max_context = 0;           // clamped context limit
-  int reserve_rows = 0;          // KV rows reserved at admission (the cache's max_tokens)
+  int context_rows = 0;          // context tokens it can ever hold: min(prompt + max_new_tokens, max_context)
+  int reserve_rows = 0;          // KV rows reserved at admission: context_rows + tree rows (the cache's max_tokens)
   bool speculative = false;      // mode != None: keeps a drafter state fed with the target's taps
   spec::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
   spec::Calibration calibration;

@@ -409,6 +409,9 @@ TEST(Engine, RejectsBadRequestsWithAReason) {
   EXPECT_EQ(reason(engine, {{1}, top_p}), RejectReason::BadParams);
   EXPECT_EQ(reason(engine, {{1}, negative}), RejectReason::BadParams);
   EXPECT_EQ(reason(engine, {{1}, bad_tree}), RejectReason::BadParams);
+  RequestOptions huge_tree = ok;
+  huge_tree.tree.node_cap = 1 << 30;
+  EXPECT_EQ(reason(engine, {{1}, huge_tree}), RejectReason::BadParams);
   EXPECT_EQ(reason(plain_only, {{1}, ok}), RejectReason::BadParams);  // mode Tree without a drafter
   EXPECT_EQ(reason(engine, {std::vector<int32_t>(64, 1), ok}), RejectReason::OverContext);
   EXPECT_EQ(reason(engine, {{1}, ok}), RejectReason::None);
