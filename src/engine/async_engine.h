@@ -35,7 +35,8 @@ struct SubmitResult {
 
 class AsyncEngine {
  public:
-  // Starts the loop thread. The models must outlive this object.
+  // Starts the loop thread. The models must outlive this object, and while it lives only its loop thread may
+  // run them (a model's forward uses scratch buffers: it is not thread-safe).
   AsyncEngine(TargetModel& target, Drafter* drafter, EngineConfig config = {});
   // Cancels whatever is still queued or running (each gets its final Cancelled event) and joins the loop thread.
   ~AsyncEngine();

@@ -64,11 +64,9 @@ TEST(AsyncEngine, ConcurrentSubmittersAllGetTheirGreedyOutput) {
     });
   }
   for (auto& t : threads) t.join();
-  for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(waiters[i].wait(), FinishReason::Length);
-    EXPECT_EQ(waiters[i].ids, greedy_reference(*pair.target, prompts[i], 16)) << i;
-  }
-  engine.drain();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(waiters[i].wait(), FinishReason::Length);
+  engine.drain();  // the loop thread is done with the model: the references may use it now
+  for (int i = 0; i < n; ++i) EXPECT_EQ(waiters[i].ids, greedy_reference(*pair.target, prompts[i], 16)) << i;
   const EngineMetrics m = engine.metrics();
   EXPECT_EQ(m.num_requests_running + m.num_requests_waiting, 0);
   EXPECT_EQ(m.generation_tokens, 16 * n);
@@ -117,19 +115,32 @@ TEST(AsyncEngine, CancelDrainAndQueueFull) {
   EXPECT_EQ(first.wait(), FinishReason::Cancelled);
   EXPECT_LT(first.ids.size(), 200u);
   EXPECT_EQ(second.wait(), FinishReason::Length);
+  engine.drain();  // nothing else runs: the model is free for the reference (drain also ends admission)
   EXPECT_EQ(second.ids, greedy_reference(*pair.target, {4, 5}, 5));
-  // Drain: what runs finishes, new work is refused.
-  Waiter fourth;
-  SubmitResult r4 = engine.submit({{7, 8}, short_opts}, fourth.callback());
-  ASSERT_TRUE(r4.ok());
-  engine.drain();
-  EXPECT_EQ(fourth.finish, FinishReason::Length);
-  EXPECT_EQ(fourth.ids.size(), 5u);
   EXPECT_TRUE(engine.draining());
   EXPECT_EQ(engine.submit({{1}, short_opts}, nullptr).reason, RejectReason::Draining);
   const EngineMetrics m = engine.metrics();
   EXPECT_EQ(m.requests_finished[int(FinishReason::Cancelled)], 1);
   EXPECT_EQ(m.kv_reserved_perc, 0);
+}
+
+TEST(AsyncEngine, DrainFinishesWhatRunsAndRefusesNewWork) {
+  Pair pair = make_pair(20, 32, 1, 4, DType::F32, 73);
+  EngineConfig config;
+  config.max_batch = 2;
+  AsyncEngine engine(*pair.target, pair.drafter.get(), config);
+  std::vector<Waiter> waiters(4);
+  RequestOptions o;
+  o.max_new_tokens = 30;
+  for (auto& w : waiters) ASSERT_TRUE(engine.submit({{7, 8}, o}, w.callback()).ok());
+  engine.drain();  // returns only when all four (two running, two queued) have finished
+  for (auto& w : waiters) {
+    EXPECT_EQ(w.finish, FinishReason::Length);
+    EXPECT_EQ(w.ids.size(), 30u);
+  }
+  EXPECT_EQ(engine.submit({{1}, o}, nullptr).reason, RejectReason::Draining);
+  EXPECT_EQ(engine.metrics().num_requests_running, 0);
+  EXPECT_EQ(engine.metrics().requests_finished[int(FinishReason::Length)], 4);
 }
 
 TEST(AsyncEngine, DestructorEndsEveryRequestWithAFinalEvent) {
