@@ -1,0 +1,56 @@
+// Internal to the engine (engine.cc, engine_run.cc): one request's live state and the runner's scratch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sampling/chooser.h"
+#include "spec/draft_tree.h"
+
+namespace ts {
+
+struct Engine::Live {
+  RequestId id = 0;
+  Request request;               // prompt and options as submitted
+  EventCallback on_event;
+  int max_context = 0;           // clamped context limit
+  int context_rows = 0;          // context tokens it can ever hold: min(prompt + max_new_tokens, max_context)
+  int reserve_rows = 0;          // KV rows reserved at admission: context_rows + tree rows (the cache's max_tokens)
+  bool speculative = false;      // mode != None: keeps a drafter state fed with the target's taps
+  spec::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
+  spec::Calibration calibration;
+
+  // Allocated at admission.
+  KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back
+  DrafterState drafter_state;
+  std::unique_ptr<RandomChooser> chooser;
+
+  // Target taps of committed tokens not yet in the drafter's context: extending it one token at a time while the
+  // request decodes plainly (prefill, no room, policy off) would cost a drafter call per token, so the rows wait
+  // here and enter in one call before the next draft, or when kMaxTapBacklog rows have piled up.
+  std::vector<float> tap_backlog;          // [rows, tap_width]
+  std::vector<int32_t> backlog_positions;  // [rows]
+  int32_t anchor = -1;           // newest token: emitted, not yet in the cache
+  std::vector<int32_t> generated;
+  std::vector<int32_t> step_tokens;  // tokens made final in the current step (sent as one event)
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  RequestStats stats;
+  std::vector<spec::EdgeRecord> edges;
+  double t_add_ms = 0;           // when add() queued it
+  double t_last_tokens_ms = 0;   // when its previous tokens became final (inter-token latency)
+  bool done() const { return finish != FinishReason::None; }
+};
+
+constexpr int kMaxTapBacklog = 64;
+
+// Scratch of the runner, reused between steps.
+class Engine::Runner {
+ public:
+  std::vector<float> base_logits;  // [speculating requests, block_size, vocab]
+  std::vector<double> probs;       // [vocab] sampling scratch
+};
+
+}  // namespace ts
