@@ -1,5 +1,7 @@
 #include "sampling/chooser.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace ts {
@@ -35,25 +37,42 @@ uint64_t RandomChooser::next_u64() {  // xoshiro256** (Blackman & Vigna)
 
 double RandomChooser::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
-int RandomChooser::choose(const double* probs, int n) {
+namespace {
+
+// The draw of RandomChooser::choose for weights of type T (double, or float widened exactly to double): the
+// same sums in the same order, so both types give the same index for the same state.
+template <typename T>
+int draw(const T* probs, int n, double u01) {
   TS_CHECK(n > 0, "choose: need at least one option, got n = ", n);
   double total = 0;
   for (int i = 0; i < n; ++i) {
     TS_DCHECK(probs[i] >= 0, "choose: negative probability ", probs[i], " at ", i);
-    total += probs[i];
+    total += double(probs[i]);
   }
   TS_CHECK(total > 0, "choose: probabilities sum to ", total, ", expected > 0");
   // Scale u by the actual total so that rounding in the caller's normalisation cannot bias the last option.
-  const double u = uniform() * total;
+  const double u = u01 * total;
   double cumulative = 0;
   int last_positive = -1;
   for (int i = 0; i < n; ++i) {
     if (probs[i] <= 0) continue;
-    cumulative += probs[i];
+    cumulative += double(probs[i]);
     last_positive = i;
     if (u < cumulative) return i;
   }
   return last_positive;  // u landed in the rounding gap at the end
 }
+
+}  // namespace
+
+int Chooser::choose_f32(const float* weights, int n) {
+  thread_local std::vector<double> widened;  // [n]
+  widened.assign(weights, weights + n);
+  return choose(widened.data(), n);
+}
+
+int RandomChooser::choose(const double* probs, int n) { return draw(probs, n, uniform()); }
+
+int RandomChooser::choose_f32(const float* weights, int n) { return draw(weights, n, uniform()); }
 
 }  // namespace ts

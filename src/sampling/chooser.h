@@ -12,6 +12,11 @@ class Chooser {
   // Returns index i with probability probs[i] / sum(probs); probs: [n], non-negative, sum ~1 and > 0.
   // Never returns an index whose probability is 0.
   virtual int choose(const double* probs, int n) = 0;
+  // The same draw from float weights: exactly choose() on the weights widened to double (the widening is
+  // exact, so the odds are the same doubles). This default widens into a buffer and calls choose(), so a chooser
+  // that only implements choose() (the tests' enumerating one) sees the very values; RandomChooser reads the
+  // floats directly. weights: [n].
+  virtual int choose_f32(const float* weights, int n);
 };
 
 // Seeded and deterministic: xoshiro256** whose state is filled by splitmix64(seed). The same seed gives the same
@@ -20,6 +25,7 @@ class RandomChooser : public Chooser {
  public:
   explicit RandomChooser(uint64_t seed);
   int choose(const double* probs, int n) override;
+  int choose_f32(const float* weights, int n) override;  // same draws as choose() on the widened weights
   uint64_t next_u64();
   double uniform();  // in [0, 1), 53 random bits
 
