@@ -244,6 +244,7 @@ int bench_round(int argc, char** argv) {
     print_row(label, all);
     failures += all.identity_failures;
   }
+  std::printf("markov rows computed %ld remembered %ld\n", bundle.drafter->markov_rows_computed(), bundle.drafter->markov_rows_remembered());
   if (failures > 0) std::printf("greedy identity: %d FAILURES\n", failures);
   return failures > 0 ? 1 : 0;
 }

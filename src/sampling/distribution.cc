@@ -19,11 +19,23 @@ void validate_sampling_params(const SamplingParams& params) {
 
 int argmax(const float* x, int n) {
   TS_CHECK(n > 0, "argmax: need at least one element, got n = ", n);
-  int best = 0;
-  for (int i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;  // strict: the lowest index wins ties
-  }
-  return best;
+  // The answer of the plain loop `if (x[i] > x[best]) best = i` (the first maximum; NaN never wins unless x[0] is
+  // NaN), in two passes the compiler vectorises: the largest value in independent lanes (x > m ? x : m is one
+  // max instruction, NaN never replaces a lane), then the first index holding it. That loop carries x[best]
+  // through a load per element; this runs the 4096-logit rows of greedy verification several times faster.
+  if (std::isnan(x[0])) return 0;
+  constexpr int kLanes = 16;
+  float lane_max[kLanes];
+  for (int k = 0; k < kLanes; ++k) lane_max[k] = x[0];
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane_max[k] = x[i + k] > lane_max[k] ? x[i + k] : lane_max[k];
+  float largest = x[0];
+  for (int k = 0; k < kLanes; ++k) largest = lane_max[k] > largest ? lane_max[k] : largest;
+  for (; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
+  for (i = 0; i < n; ++i)
+    if (x[i] == largest) return i;  // -0 == +0: the first of equal maxima, as the plain loop keeps
+  return 0;  // unreachable: largest is one of the x[i]
 }
 
 namespace {

@@ -161,5 +161,36 @@ TEST(Argmax, LowestIndexOnTies) {
   EXPECT_THROW(argmax(x, 0), Error);
 }
 
+// The plain loop argmax() must agree with: the first maximum, NaN never winning unless it is x[0].
+int plain_argmax(const std::vector<float>& x) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(x.size()); ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+TEST(Argmax, AgreesWithThePlainLoop) {
+  std::mt19937 rng(5);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::nanf(""), 1.0f, -1.0f};
+  int cases = 0;
+  for (int n : {1, 2, 15, 16, 17, 31, 33, 100, 4096, 4099}) {
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<float> x(n);
+      // Few distinct values, so ties are common; some rows get specials (NaN, +-0, +-inf) at random places,
+      // including x[0].
+      std::uniform_int_distribution<int> value(-3, 3), special(0, 6), where(0, n - 1);
+      for (float& v : x) v = static_cast<float>(value(rng));
+      const int n_special = trial % 3 == 0 ? 0 : 1 + trial % 4;
+      for (int k = 0; k < n_special; ++k) x[where(rng)] = specials[special(rng)];
+      if (trial % 7 == 1) x[0] = std::nanf("");
+      if (trial % 11 == 2) std::fill(x.begin(), x.end(), trial % 2 ? 0.0f : -0.0f), x[n / 2] = 0.0f;
+      ASSERT_EQ(argmax(x.data(), n), plain_argmax(x)) << "n " << n << " trial " << trial;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 600);
+}
+
 }  // namespace
 }  // namespace ts
