@@ -179,7 +179,19 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     int32_t token = -1;
     if (!slot.has_q) {  // load the parent's q, then re-queue it under its real bound (nothing is admitted yet)
       const int child_depth = tree.depth[parent] + 1;
-      const float* q = s.probs.data();
+      OpenParent& p = s.open[parent];
+      float* own = s.probs.data();  // where this parent's q goes: sampling keeps it as the draws' weights
+      if (sampling) {
+        if (s.free_buffers.empty()) {
+          s.pool.emplace_back(vocab);
+          s.free_buffers.push_back(int(s.pool.size()) - 1);
+        }
+        p.remaining = s.free_buffers.back();
+        s.free_buffers.pop_back();
+        s.pool[p.remaining].resize(vocab);
+        own = s.pool[p.remaining].data();
+      }
+      const float* q = own;
       if (q_source == QSource::Base) {
         std::vector<float>& shared = s.marginal[child_depth];
         if (shared.empty()) {
@@ -187,20 +199,11 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
           draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data());
         }
         q = shared.data();
+        if (sampling) std::copy(q, q + vocab, own);  // drawn tokens are zeroed in the parent's own copy
       } else {
-        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, s.probs.data());
+        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, own);
       }
-      OpenParent& p = s.open[parent];
       p.top_count = select_top(q, vocab, branch_cap, top_of(parent), top_q_of(parent));
-      if (sampling) {  // the parent's own copy of q, whose drawn tokens are zeroed as they are drawn
-        if (s.free_buffers.empty()) {
-          s.pool.emplace_back();
-          s.free_buffers.push_back(int(s.pool.size()) - 1);
-        }
-        p.remaining = s.free_buffers.back();
-        s.free_buffers.pop_back();
-        s.pool[p.remaining].assign(q, q + vocab);
-      }
       const double next_q = next_remaining_q(parent, &token);
       if (next_q > 0) {
         push(Slot{p.log_survival + log_p_hat(next_q, 0), parent, true});

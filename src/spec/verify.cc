@@ -17,8 +17,8 @@ EdgeRecord edge_record(const DraftTree& tree, int32_t child, bool accepted) {
 // One recursive-rejection step at a node: tests its children in draw order against p (updated in place to the
 // residual after each rejection). Returns the accepted child or -1.
 // q_j is never materialised: expansion drew c_j with the chooser from the float q with c_1..c_{j-1} zeroed, i.e.
-// with probability q(t) / Z_j, Z_j = that float vector summed in double in index order; here the same floats are
-// zeroed and summed the same way (remove_drawn() computes the same doubles into a vector).
+// with probability q(t) / Z_j, Z_j = draw_total() of those floats; here the same floats are zeroed and summed by
+// the same function, and q_j(t) = q(t) / Z_j is formed where it is read.
 int32_t test_children(const DraftTree& tree, int32_t node, const std::vector<int32_t>& kids, const DraftSource& source,
                       std::vector<double>* p, Chooser& chooser) {
   const bool sampled_draft = tree.draft_temperature > 0;
@@ -36,7 +36,7 @@ int32_t test_children(const DraftTree& tree, int32_t node, const std::vector<int
     double q_x = 1;          // deterministic draft: q_j is the point mass on x
     double remaining = 0;    // Z_j
     if (sampled_draft) {
-      for (int t = 0; t < vocab; ++t) remaining += static_cast<double>(q[t]);
+      remaining = draw_total(q.data(), vocab);
       q_x = remaining > 0 ? static_cast<double>(q[x]) / remaining : 0;
       TS_CHECK(q_x > 0, "verify: node ", kid, " token ", x, " has q_j = ", q_x,
                ", but it was drawn from q_j (does the DraftSource differ from the one expand() used?)");
