@@ -61,28 +61,32 @@ void Drafter::extend_context(DrafterState& state, const float* taps, const int32
 
 void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits) {
   const int B = config_.block_size, H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
-  std::vector<int32_t> tokens(B, config_.mask_token_id), positions(B);  // [B]
-  tokens[0] = anchor;
-  for (int i = 0; i < B; ++i) positions[i] = anchor_pos + i;
+  block_tokens_.assign(B, config_.mask_token_id);  // [B]
+  block_tokens_[0] = anchor;
+  block_positions_.resize(B);  // [B]
+  for (int i = 0; i < B; ++i) block_positions_[i] = anchor_pos + i;
   x_.resize(size_t(B) * H);
   q_.resize(size_t(B) * Q);
   attn_.resize(size_t(B) * Q);
-  embed(tokens.data(), B, x_.data());
+  embed(block_tokens_.data(), B, x_.data());
   KVCache& cache = state.context;
-  std::vector<uint8_t> all_visible(size_t(B) * B, 1);  // [B, B]: the block attends to itself without a mask
+  // The block sees the whole context and itself without a mask; its k/v live as pending rows for one layer at
+  // a time, so the mask ([B, context + B], all ones) is the same in every layer.
+  cache.begin_append(B);
+  mask_.assign(size_t(B) * (cache.length() + B), 1);
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    cache.begin_append(B);  // the block's k/v live as pending rows for this layer only
+    cache.begin_append(B);
     const size_t at = size_t(cache.length()) * KV;
     scratch_.h.resize(size_t(B) * H);
     kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), B, H, shape_.eps);
-    project_qkv(w, shape_, scratch_.h.data(), positions.data(), B, scratch_, q_.data(), cache.keys(l) + at,
+    project_qkv(w, shape_, scratch_.h.data(), block_positions_.data(), B, scratch_, q_.data(), cache.keys(l) + at,
                 cache.values(l) + at);
-    cached_attention(shape_, cache, l, q_.data(), B, all_visible.data(), B, mask_, attn_.data());
-    cache.drop_pending();
+    masked_cache_attention(shape_, cache, l, q_.data(), B, mask_.data(), attn_.data());
     attn_out_residual(w, shape_, attn_.data(), x_.data(), B, scratch_);
     mlp_residual(w, shape_, x_.data(), B, scratch_);
   }
+  cache.drop_pending();
   kernels::rmsnorm(x_.data(), final_norm_.data(), x_.data(), B, H, shape_.eps);
   lm_head_.forward(x_.data(), B, base_logits);
 }

@@ -80,7 +80,8 @@ class Drafter {
   mutable std::vector<int32_t> memo_slot_;      // [vocab] row holding token t, -1 = none
   mutable uint64_t memo_clock_ = 0;
   mutable long memo_hits_ = 0, memo_misses_ = 0;
-  std::vector<uint8_t> mask_;
+  std::vector<uint8_t> mask_;                           // [block, context + block] attention mask
+  std::vector<int32_t> block_tokens_, block_positions_;  // [block]
 };
 
 }  // namespace ts
