@@ -161,6 +161,34 @@ TEST(Argmax, LowestIndexOnTies) {
   EXPECT_THROW(argmax(x, 0), Error);
 }
 
+// exp_nonpositive against std::exp: within 2 ulp over the whole non-positive range (subnormal results and
+// underflow to 0 included), exact at 0, 0 at -inf; in place too.
+TEST(ExpNonpositive, MatchesStdExp) {
+  std::mt19937_64 rng(3);
+  std::vector<double> x;
+  for (int i = 0; i < 20000; ++i) x.push_back(-std::uniform_real_distribution<double>(0, 1)(rng) * (i % 2 ? 1.0 : 760.0));
+  for (double v : {0.0, -0.0, -1e-300, -1e-17, -0.34657359027997264, -0.6931471805599453, -1.0, -699.99, -700.0,
+                   -700.01, -708.4, -709.0, -744.0, -745.2, -1299.0, -1301.0, -1e4, -std::numeric_limits<double>::infinity()})
+    x.push_back(v);
+  std::vector<double> y(x.size());
+  exp_nonpositive(x.data(), static_cast<int>(x.size()), y.data());
+  int worst_ulps = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(x[i]);
+    const double ulp = std::nextafter(want, 2.0) - want;  // subnormal and 0 results: the smallest subnormal
+    const int ulps = static_cast<int>(std::round(std::abs(y[i] - want) / ulp));
+    worst_ulps = std::max(worst_ulps, ulps);
+    ASSERT_LE(ulps, 2) << "x = " << x[i] << " got " << y[i] << " want " << want;
+  }
+  EXPECT_EQ(y[x.size() - 1], 0.0);
+  EXPECT_EQ(y[x.size() - 2], 0.0);
+  EXPECT_EQ(y[20000], 1.0);  // exp(0)
+  exp_nonpositive(x.data(), 3, x.data());  // in place
+  EXPECT_EQ(x[0], y[0]);
+  EXPECT_EQ(x[2], y[2]);
+  std::printf("exp_nonpositive: worst error %d ulp over %zu arguments\n", worst_ulps, y.size());
+}
+
 // The plain loop argmax() must agree with: the first maximum, NaN never winning unless it is x[0].
 int plain_argmax(const std::vector<float>& x) {
   int best = 0;
