@@ -92,9 +92,9 @@ void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_po
 }
 
 namespace {
-// The memo holds about this many bytes of bias rows (128 rows of the shipped 4096-token vocabulary; a handful for
+// The memo holds about this many bytes of bias rows (256 rows of the shipped 4096-token vocabulary; a handful for
 // a 150k vocabulary, where a row is 600 KiB and the GEMV 38 MiB).
-constexpr size_t kMarkovMemoBytes = size_t(2) << 20;
+constexpr size_t kMarkovMemoBytes = size_t(4) << 20;
 constexpr size_t kMarkovMemoMinRows = 8, kMarkovMemoMaxRows = 256;
 }  // namespace
 

@@ -55,7 +55,16 @@ struct SlotBelow {
 int select_top(const float* probs, int vocab, int count, int32_t* top, double* top_q) {
   int kept = 0;
   float smallest_kept = 0;
+  constexpr int kScan = 16;  // once the list is full, blocks with nothing above its smallest entry are skipped
   for (int32_t t = 0; t < vocab; ++t) {
+    if (kept == count && t % kScan == 0 && t + kScan <= vocab) {
+      bool any_above = false;  // a compare-and-or the compiler vectorises
+      for (int k = 0; k < kScan; ++k) any_above |= probs[t + k] > smallest_kept;
+      if (!any_above) {
+        t += kScan - 1;
+        continue;
+      }
+    }
     const float v = probs[t];
     if (kept == count && !(v > smallest_kept)) continue;  // ties keep the lower index
     int pos = kept < count ? kept++ : count - 1;            // the last entry drops out when full
