@@ -1,5 +1,6 @@
 #include "model/drafter.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -83,28 +84,32 @@ void Drafter::extend_context(DrafterState& state, const float* taps, const int32
 
 void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits) {
   const int B = config_.block_size, H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
-  std::vector<int32_t> tokens(B, config_.mask_token_id), positions(B);  // [B]
-  tokens[0] = anchor;
-  for (int i = 0; i < B; ++i) positions[i] = anchor_pos + i;
+  block_tokens_.assign(B, config_.mask_token_id);  // [B]
+  block_tokens_[0] = anchor;
+  block_positions_.resize(B);  // [B]
+  for (int i = 0; i < B; ++i) block_positions_[i] = anchor_pos + i;
   x_.resize(size_t(B) * H);
   q_.resize(size_t(B) * Q);
   attn_.resize(size_t(B) * Q);
-  embed(tokens.data(), B, x_.data());
+  embed(block_tokens_.data(), B, x_.data());
   KVCache& cache = state.context;
-  std::vector<uint8_t> all_visible(size_t(B) * B, 1);  // [B, B]: the block attends to itself without a mask
+  // The block sees the whole context and itself without a mask; its k/v live as pending rows for one layer at
+  // a time, so the mask ([B, context + B], all ones) is the same in every layer.
+  cache.begin_append(B);
+  mask_.assign(size_t(B) * (cache.length() + B), 1);
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    cache.begin_append(B);  // the block's k/v live as pending rows for this layer only
+    cache.begin_append(B);
     const size_t at = size_t(cache.length()) * KV;
     scratch_.h.resize(size_t(B) * H);
     kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), B, H, shape_.eps);
-    project_qkv(w, shape_, scratch_.h.data(), positions.data(), B, scratch_, q_.data(), cache.keys(l) + at,
+    project_qkv(w, shape_, scratch_.h.data(), block_positions_.data(), B, scratch_, q_.data(), cache.keys(l) + at,
                 cache.values(l) + at);
-    cached_attention(shape_, cache, l, q_.data(), B, all_visible.data(), B, mask_, attn_.data());
-    cache.drop_pending();
+    masked_cache_attention(shape_, cache, l, q_.data(), B, mask_.data(), attn_.data());
     attn_out_residual(w, shape_, attn_.data(), x_.data(), B, scratch_);
     mlp_residual(w, shape_, x_.data(), B, scratch_);
   }
+  cache.drop_pending();
   kernels::rmsnorm(x_.data(), final_norm_.data(), x_.data(), B, H, shape_.eps);
   lm_head_.forward(x_.data(), B, base_logits);
 }
@@ -150,13 +155,53 @@ void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32
   lm_head_.forward(x_.data(), rows, base_logits);
 }
 
-void Drafter::add_markov_bias(int32_t parent, float* logits) const {
+namespace {
+// The memo holds about this many bytes of bias rows (256 rows of the shipped 4096-token vocabulary; a handful for
+// a 150k vocabulary, where a row is 600 KiB and the GEMV 38 MiB).
+constexpr size_t kMarkovMemoBytes = size_t(4) << 20;
+constexpr size_t kMarkovMemoMinRows = 8, kMarkovMemoMaxRows = 256;
+}  // namespace
+
+const float* Drafter::markov_bias_row(int32_t token) const {
   const int V = config_.vocab_size, R = config_.markov_rank;
+  if (memo_slot_.empty()) {  // first use: size the memo
+    const size_t rows = std::clamp(kMarkovMemoBytes / (sizeof(float) * size_t(V)), kMarkovMemoMinRows,
+                                   kMarkovMemoMaxRows);
+    memo_rows_.resize(rows * V);
+    memo_token_.assign(rows, -1);
+    memo_used_.assign(rows, 0);
+    memo_slot_.assign(V, -1);
+  }
+  ++memo_clock_;
+  int32_t slot = memo_slot_[token];
+  if (slot >= 0) {
+    ++memo_hits_;
+    memo_used_[slot] = memo_clock_;
+    return &memo_rows_[size_t(slot) * V];
+  }
+  ++memo_misses_;
+  slot = 0;  // a free row, else the least recently used one
+  for (int32_t r = 0; r < int32_t(memo_token_.size()); ++r) {
+    if (memo_token_[r] < 0) {
+      slot = r;
+      break;
+    }
+    if (memo_used_[r] < memo_used_[slot]) slot = r;
+  }
+  if (memo_token_[slot] >= 0) memo_slot_[memo_token_[slot]] = -1;
+  memo_token_[slot] = token;
+  memo_used_[slot] = memo_clock_;
+  memo_slot_[token] = slot;
+  float* row = &memo_rows_[size_t(slot) * V];  // [vocab]
+  markov_w2_.forward(&markov_w1_[size_t(token) * R], 1, row);
+  return row;
+}
+
+void Drafter::add_markov_bias(int32_t parent, float* logits) const {
+  const int V = config_.vocab_size;
   TS_CHECK(parent >= 0 && parent < V, "drafter: parent token ", parent, " out of range");
-  if (R == 0) return;  // no Markov head: the conditional is the base logits
-  bias_.resize(V);
-  markov_w2_.forward(&markov_w1_[size_t(parent) * R], 1, bias_.data());
-  for (int v = 0; v < V; ++v) logits[v] += bias_[v];
+  if (config_.markov_rank == 0) return;  // no Markov head: the conditional is the base logits
+  kernels::add(logits, markov_bias_row(parent), V);
 }
 
 }  // namespace ts

@@ -57,8 +57,13 @@ class Drafter {
   void draft_blocks(const std::vector<DrafterState*>& states, const int32_t* anchors, const int32_t* anchor_pos,
                     float* base_logits);
 
-  // logits: [vocab] += W2 * W1[parent]; unchanged without a Markov head.
+  // logits: [vocab] += W2 * W1[parent]; unchanged without a Markov head. The bias depends only on the parent
+  // token, so rows are memoised (see markov_bias_row): equal tokens give bit-identical logits whether the row was
+  // computed or remembered.
   void add_markov_bias(int32_t parent, float* logits) const;
+  // Markov bias rows computed / served from the memo so far (for benchmarks).
+  long markov_rows_computed() const { return memo_misses_; }
+  long markov_rows_remembered() const { return memo_hits_; }
 
  private:
   Drafter() = default;
@@ -78,8 +83,19 @@ class Drafter {
 
   LayerScratch scratch_;
   std::vector<float> ctx_, x_, q_, attn_;  // [rows, width] scratch
-  mutable std::vector<float> bias_;         // [vocab] Markov bias scratch
-  std::vector<uint8_t> mask_;
+  // Markov bias memo: W2 * W1[t] for recently used tokens t, least recently used row evicted. A tree round loads
+  // one conditional per expanded node and the walk reloads the accepted path's; parents repeat within a round
+  // and across rounds (the anchor and accepted tokens were parents in the round before), and a row costs a
+  // [vocab, rank] f32 GEMV (1 MiB for the shipped drafter) against a 16 KiB read when remembered.
+  const float* markov_bias_row(int32_t token) const;
+  mutable std::vector<float> memo_rows_;        // [memo_capacity_, vocab]
+  mutable std::vector<int32_t> memo_token_;     // [memo_capacity_] token held by each row, -1 = free
+  mutable std::vector<uint64_t> memo_used_;     // [memo_capacity_] last use (LRU stamp)
+  mutable std::vector<int32_t> memo_slot_;      // [vocab] row holding token t, -1 = none
+  mutable uint64_t memo_clock_ = 0;
+  mutable long memo_hits_ = 0, memo_misses_ = 0;
+  std::vector<uint8_t> mask_;                           // [block, context + block] attention mask
+  std::vector<int32_t> block_tokens_, block_positions_;  // [block]
 };
 
 }  // namespace ts

@@ -54,18 +54,28 @@ void TargetModel::embed(const int32_t* tokens, int n, float* x) const {
   kernels::embed_rows(embed_table_->data, embed_table_->dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
 }
 
-void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
-                      const uint8_t* pending_visible, int pending_stride, std::vector<uint8_t>& mask, float* out) {
+void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_visible, int pending_stride,
+                      std::vector<uint8_t>& mask) {
   const int committed = cache.length(), pending = cache.pending(), total = committed + pending;
-  mask.assign(size_t(n_rows) * total, 0);
+  mask.resize(size_t(n_rows) * total);
   for (int i = 0; i < n_rows; ++i) {
     uint8_t* row = &mask[size_t(i) * total];
     std::memset(row, 1, committed);
     for (int j = 0; j < pending; ++j)
       row[committed + j] = pending_visible ? pending_visible[size_t(i) * pending_stride + j] : uint8_t(j <= i);
   }
-  kernels::attention(q, cache.keys(layer), cache.values(layer), mask.data(), out, n_rows, total, shape.heads,
-                     shape.kv_heads, shape.head_dim, 1.0f / std::sqrt(float(shape.head_dim)));
+}
+
+void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
+                            const uint8_t* mask, float* out) {
+  kernels::attention(q, cache.keys(layer), cache.values(layer), mask, out, n_rows, cache.length() + cache.pending(),
+                     shape.heads, shape.kv_heads, shape.head_dim, 1.0f / std::sqrt(float(shape.head_dim)));
+}
+
+void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
+                      const uint8_t* pending_visible, int pending_stride, std::vector<uint8_t>& mask, float* out) {
+  build_cache_mask(cache, n_rows, pending_visible, pending_stride, mask);
+  masked_cache_attention(shape, cache, layer, q, n_rows, mask.data(), out);
 }
 
 void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>& caches, ForwardResult* result) {
@@ -98,30 +108,52 @@ void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>
     }
   }
   for (const auto& run : runs) caches[run.seq]->begin_append(run.end - run.begin);
+  // A run's mask depends only on its cache's committed and pending row counts and the batch's visibility, the
+  // same in every layer: built once per forward.
+  if (run_masks_.size() < runs.size()) run_masks_.resize(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const Run& run = runs[r];
+    const uint8_t* vis = batch.visible.empty() ? nullptr : &batch.visible[size_t(run.begin) * n + run.begin];
+    build_cache_mask(*caches[run.seq], run.end - run.begin, vis, n, run_masks_[r]);
+  }
 
   x_.resize(size_t(n) * H);
   q_.resize(size_t(n) * Q);
   attn_.resize(size_t(n) * Q);
   embed(batch.tokens.data(), n, x_.data());
-  result->hidden.assign(batch.hidden_layers.size() * size_t(n) * H, 0.0f);
+  result->hidden.resize(batch.hidden_layers.size() * size_t(n) * H);  // every slot is written below
 
-  // The K/V of a run's rows go straight into its cache's pending rows; project_qkv writes them per run.
-  std::vector<float> k_tmp(size_t(n) * KV), v_tmp(size_t(n) * KV);  // [n, kv_dim]
+  // The K/V of a run's rows go to its cache's pending rows: straight there when the batch is one sequence, else
+  // through k_rows_ / v_rows_ and a copy per run.
+  const bool one_run = runs.size() == 1;
+  if (!one_run) {
+    k_rows_.resize(size_t(n) * KV);
+    v_rows_.resize(size_t(n) * KV);
+  }
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     scratch_.h.resize(size_t(n) * H);
     kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), n, H, shape_.eps);
-    project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), k_tmp.data(),
-                v_tmp.data());
-    for (const auto& run : runs) {
+    if (one_run) {
+      KVCache& cache = *caches[runs[0].seq];
+      const size_t at = size_t(cache.length()) * KV;
+      project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), cache.keys(l) + at,
+                  cache.values(l) + at);
+    } else {
+      project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), k_rows_.data(),
+                  v_rows_.data());
+    }
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const Run& run = runs[r];
       KVCache& cache = *caches[run.seq];
       const int rows = run.end - run.begin;
-      const size_t at = size_t(cache.length()) * KV;
-      std::memcpy(cache.keys(l) + at, &k_tmp[size_t(run.begin) * KV], sizeof(float) * rows * KV);
-      std::memcpy(cache.values(l) + at, &v_tmp[size_t(run.begin) * KV], sizeof(float) * rows * KV);
-      const uint8_t* vis = batch.visible.empty() ? nullptr : &batch.visible[size_t(run.begin) * n + run.begin];
-      cached_attention(shape_, cache, l, &q_[size_t(run.begin) * Q], rows, vis, n, mask_,
-                       &attn_[size_t(run.begin) * Q]);
+      if (!one_run) {
+        const size_t at = size_t(cache.length()) * KV;
+        std::memcpy(cache.keys(l) + at, &k_rows_[size_t(run.begin) * KV], sizeof(float) * rows * KV);
+        std::memcpy(cache.values(l) + at, &v_rows_[size_t(run.begin) * KV], sizeof(float) * rows * KV);
+      }
+      masked_cache_attention(shape_, cache, l, &q_[size_t(run.begin) * Q], rows, run_masks_[r].data(),
+                             &attn_[size_t(run.begin) * Q]);
     }
     attn_out_residual(w, shape_, attn_.data(), x_.data(), n, scratch_);
     mlp_residual(w, shape_, x_.data(), n, scratch_);

@@ -71,14 +71,24 @@ class TargetModel {
   std::vector<float> x_;       // [n, hidden] residual stream
   std::vector<float> q_;       // [n, q_dim]
   std::vector<float> attn_;    // [n, q_dim]
-  std::vector<uint8_t> mask_;  // [rows of one sequence, cache rows]
-  std::vector<float> normed_;  // [logit rows, hidden]
+  std::vector<std::vector<uint8_t>> run_masks_;  // [runs][rows of the run, its cache rows]
+  std::vector<float> k_rows_, v_rows_;           // [n, kv_dim] K/V of a multi-sequence batch before the copy
+  std::vector<float> normed_;                     // [logit rows, hidden]
 };
 
 // Attention of one sequence's batch rows against its cache (committed rows all visible, pending rows per the
 // batch's visibility). q: [n_rows, q_dim] -> out: [n_rows, q_dim]. Shared by the target and the drafter.
+// = build_cache_mask + masked_cache_attention; a forward that runs several layers over the same rows builds the
+// mask once and calls masked_cache_attention per layer.
 void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
                       const uint8_t* pending_visible /*[n_rows, pending] or null = causal*/, int pending_stride,
                       std::vector<uint8_t>& mask_scratch, float* out);
+// mask: resized to [n_rows, cache rows]: 1 for every committed row, pending rows per pending_visible ([n_rows,
+// pending] with row stride pending_stride; null = causal).
+void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_visible, int pending_stride,
+                      std::vector<uint8_t>& mask);
+// Attention against the cache's committed + pending rows under a mask from build_cache_mask.
+void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
+                            const uint8_t* mask, float* out);
 
 }  // namespace ts

@@ -20,22 +20,4 @@ void draft_probs_f32(const DraftSource& source, QSource q_source, int child_dept
   softmax_f32(probs, source.vocab, temperature > 0 ? 1.0f / temperature : 1.0f, probs);
 }
 
-void draft_distribution(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
-                        float temperature, std::vector<float>* logits_scratch, std::vector<double>* q) {
-  logits_scratch->resize(source.vocab);
-  draft_probs_f32(source, q_source, child_depth, parent_token, temperature, logits_scratch->data());
-  q->assign(logits_scratch->begin(), logits_scratch->end());  // widen: remove_drawn and ratios work in double
-}
-
-double remove_drawn(const std::vector<double>& q, std::span<const int32_t> drawn, std::vector<double>* q_j) {
-  *q_j = q;
-  for (int32_t t : drawn) (*q_j)[t] = 0;
-  double remaining = 0;  // summed over the vocabulary (not 1 - drawn mass) to avoid cancellation
-  for (double v : *q_j) remaining += v;
-  if (remaining > 0) {
-    for (double& v : *q_j) v /= remaining;
-  }
-  return remaining;
-}
-
 }  // namespace ts::spec

@@ -1,13 +1,14 @@
 // How tree expansion and verification read the drafter's distribution q, and the one place q is computed.
 //
 // Losslessness needs the verifier's q to be bit-for-bit the distribution each draft token was drawn from
-// (lossless-verification.md, pitfall 2), so expansion and verification both go through draft_distribution() and
-// remove_drawn(): same inputs, same arithmetic, same doubles.
+// (lossless-verification.md, pitfall 2), so expansion and verification both compute q with draft_probs_f32() (same
+// inputs, same arithmetic, same floats), and both normalise the without-replacement q_j by draw_total()
+// (sampling/chooser.h) of q with the drawn tokens zeroed: expansion's chooser draws token t with probability
+// q(t) / draw_total, and verify() divides by that same double.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <vector>
 
 namespace ts::spec {
@@ -33,19 +34,10 @@ enum class QSource : uint8_t {
 
 // q for the children of a node at depth child_depth - 1 whose token is parent_token:
 //   q = softmax(logits / temperature), temperature 0 meaning 1 (greedy drafting ranks by q at temperature 1 and
-//   draws deterministically), computed by softmax_f32 and widened to double (q sums to 1 within float rounding;
-//   every draw renormalises through remove_drawn). logits_scratch: [vocab] work space; q: resized to [vocab].
-void draft_distribution(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
-                        float temperature, std::vector<float>* logits_scratch, std::vector<double>* q);
-
-// q_j: q with the already drawn tokens removed and the rest renormalised (the distribution of the next draw
-// without replacement). Returns the remaining mass Z (q_j = q / Z off the drawn set); when Z == 0 q_j is all 0.
-// q: [vocab]; drawn: distinct tokens; q_j: resized to [vocab].
-// The same q in float, without the double copy: probs: [vocab] (expansion ranks and bounds from these; its draws
-// and verify() use the double widening of exactly these values).
+//   draws deterministically), computed in float by softmax_f32 in place. probs: [vocab] (the conditional or base
+//   logits are written there first). Expansion ranks, bounds and draws from these floats; verify() recomputes
+//   them for the nodes on the accepted path, and widens them to double (exactly) for its ratios.
 void draft_probs_f32(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
                      float temperature, float* probs);
-
-double remove_drawn(const std::vector<double>& q, std::span<const int32_t> drawn, std::vector<double>* q_j);
 
 }  // namespace ts::spec

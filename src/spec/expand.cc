@@ -1,9 +1,9 @@
 #include "spec/expand.h"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
-#include <memory>
-#include <queue>
+#include <vector>
 
 #include "core/error.h"
 
@@ -23,14 +23,12 @@ void validate_tree_params(const TreeParams& params) {
 
 namespace {
 
-// A node that may still get children.
+// A node that may still get children. Its top list and draws live in the expansion's flat per-node arrays.
 struct OpenParent {
   double log_survival = 0;
-  bool loaded = false;           // its q has been computed (when its slot first reached the top)
-  std::vector<int32_t> top;      // its top-branch_cap tokens by q (q desc, index asc)
-  std::vector<double> top_q;     // their q
-  std::vector<double> remaining;  // sampling only: [vocab] q with the drawn tokens zeroed = the next draw's weights
-  std::vector<int32_t> drawn;    // children drawn so far, in draw order
+  int top_count = 0;    // tokens in its top list (q desc, index asc), once loaded
+  int drawn_count = 0;  // children drawn so far
+  int remaining = -1;   // sampling: index of its [vocab] buffer of remaining q in the pool, -1 = none
 };
 
 // A heap entry. log_bound bounds log(survival) of the node's next child; for a node whose q is not loaded yet it
@@ -52,54 +50,45 @@ struct SlotBelow {
 };
 
 // The count largest tokens of probs ([vocab]), ordered by (prob desc, index asc), in one pass that keeps a small
-// sorted list: O(vocab) when count is small, no vocabulary-sized sort.
-void select_top(const float* probs, int vocab, int count, std::vector<int32_t>* top, std::vector<double>* top_q) {
-  top->clear();
+// sorted list: O(vocab) when count is small, no vocabulary-sized sort. top, top_q: [count]; returns how many
+// were kept (min(count, vocab)).
+int select_top(const float* probs, int vocab, int count, int32_t* top, double* top_q) {
+  int kept = 0;
   float smallest_kept = 0;
+  constexpr int kScan = 16;  // once the list is full, blocks with nothing above its smallest entry are skipped
   for (int32_t t = 0; t < vocab; ++t) {
-    const float v = probs[t];
-    if (static_cast<int>(top->size()) == count && !(v > smallest_kept)) continue;  // ties keep the lower index
-    auto pos = top->end();
-    while (pos != top->begin() && probs[*(pos - 1)] < v) --pos;
-    top->insert(pos, t);
-    if (static_cast<int>(top->size()) > count) top->pop_back();
-    smallest_kept = probs[top->back()];
-  }
-  top_q->resize(top->size());
-  for (size_t i = 0; i < top->size(); ++i) (*top_q)[i] = probs[(*top)[i]];
-}
-
-// The largest q among the parent's not-yet-drawn tokens (0 when none is left). After j < branch_cap draws one of
-// top[0..j] is undrawn, so top holds the answer.
-double next_remaining_q(const OpenParent& p, int32_t* token) {
-  for (size_t i = 0; i < p.top.size(); ++i) {
-    bool drawn = false;
-    for (int32_t d : p.drawn) drawn |= d == p.top[i];
-    if (!drawn) {
-      *token = p.top[i];
-      return p.top_q[i];
+    if (kept == count && t % kScan == 0 && t + kScan <= vocab) {
+      bool any_above = false;  // a compare-and-or the compiler vectorises
+      for (int k = 0; k < kScan; ++k) any_above |= probs[t + k] > smallest_kept;
+      if (!any_above) {
+        t += kScan - 1;
+        continue;
+      }
     }
+    const float v = probs[t];
+    if (kept == count && !(v > smallest_kept)) continue;  // ties keep the lower index
+    int pos = kept < count ? kept++ : count - 1;            // the last entry drops out when full
+    while (pos > 0 && probs[top[pos - 1]] < v) {
+      top[pos] = top[pos - 1];
+      --pos;
+    }
+    top[pos] = t;
+    smallest_kept = probs[top[kept - 1]];
   }
-  *token = -1;
-  return 0;
+  for (int i = 0; i < kept; ++i) top_q[i] = probs[top[i]];
+  return kept;
 }
 
-// Vocabulary-sized buffers are recycled between parents instead of reallocated.
-class BufferPool {
- public:
-  std::vector<double> take() {
-    if (spare_.empty()) return {};
-    std::vector<double> v = std::move(spare_.back());
-    spare_.pop_back();
-    return v;
-  }
-  void give(std::vector<double>* v) {
-    if (v->capacity() > 0) spare_.push_back(std::move(*v));
-    *v = {};
-  }
-
- private:
-  std::vector<std::vector<double>> spare_;
+// Expansion's work space, reused across calls on a thread so a round allocates nothing once warm.
+struct ExpandScratch {
+  std::vector<OpenParent> open;             // [tree size], indexed by node
+  std::vector<int32_t> top, drawn;          // [node_cap + 1, branch_cap] per node: top tokens, drawn children
+  std::vector<double> top_q;                // [node_cap + 1, branch_cap] their q
+  std::vector<Slot> heap;                   // the slot max-heap (std::push_heap / pop_heap with SlotBelow)
+  std::vector<float> probs;                 // [vocab] the q being loaded
+  std::vector<std::vector<float>> marginal;  // [depth][vocab] Marginal q, computed once per depth
+  std::vector<std::vector<float>> pool;     // sampling: [vocab] remaining-q buffers, one per open parent
+  std::vector<int> free_buffers;            // indices into pool not held by a parent
 };
 
 }  // namespace
@@ -129,23 +118,65 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   tree.add(anchor, -1, 0, 1.0, 1.0f);
   if (node_cap == 0 || branch_cap == 0 || source.block_size == 0) return tree;
 
-  std::vector<OpenParent> open(1);  // [tree size], indexed by node
-  open.reserve(node_cap + 1);
-  std::priority_queue<Slot, std::vector<Slot>, SlotBelow> heap;
-  heap.push(Slot{0.0, 0, false});
-  // Marginal q depends only on the depth: computed once per depth, shared by every parent there.
-  std::vector<std::vector<float>> marginal_probs(source.block_size + 1);  // [depth][vocab]
-  std::vector<float> probs(vocab);  // [vocab] the q being loaded
-  BufferPool pool;
-  double expected_tokens = 1;  // 1 + sum of survivals
-  const auto close = [&](OpenParent* p) {
-    pool.give(&p->remaining);
-    p->top.clear();
-  };
+  thread_local ExpandScratch s;
+  const size_t per_node = size_t(node_cap + 1) * branch_cap;
+  if (s.top.size() < per_node) {
+    s.top.resize(per_node);
+    s.drawn.resize(per_node);
+    s.top_q.resize(per_node);
+  }
+  s.open.assign(1, OpenParent{});
+  s.heap.clear();
+  s.probs.resize(vocab);
+  s.marginal.resize(source.block_size + 1);
+  for (auto& m : s.marginal) m.clear();
+  s.free_buffers.clear();
+  for (int i = 0; i < int(s.pool.size()); ++i) s.free_buffers.push_back(i);
+  tree.token.reserve(node_cap + 1);  // the tree's arrays grow to at most node_cap + 1 entries
+  tree.parent.reserve(node_cap + 1);
+  tree.depth.reserve(node_cap + 1);
+  tree.sibling_rank.reserve(node_cap + 1);
+  tree.survival.reserve(node_cap + 1);
+  tree.draft_q.reserve(node_cap + 1);
 
-  while (!heap.empty() && tree.size() - 1 < node_cap) {
-    const Slot slot = heap.top();
-    heap.pop();
+  const SlotBelow below;
+  const auto push = [&](Slot slot) {
+    s.heap.push_back(slot);
+    std::push_heap(s.heap.begin(), s.heap.end(), below);
+  };
+  push(Slot{0.0, 0, false});
+  const auto top_of = [&](int node) { return &s.top[size_t(node) * branch_cap]; };
+  const auto top_q_of = [&](int node) { return &s.top_q[size_t(node) * branch_cap]; };
+  const auto drawn_of = [&](int node) { return &s.drawn[size_t(node) * branch_cap]; };
+  // The largest q among the node's not-yet-drawn tokens (0 when none is left). After j < branch_cap draws one of
+  // top[0..j] is undrawn, so the top list holds the answer.
+  const auto next_remaining_q = [&](int node, int32_t* token) {
+    const OpenParent& p = s.open[node];
+    const int32_t* top = top_of(node);
+    const int32_t* drawn = drawn_of(node);
+    for (int i = 0; i < p.top_count; ++i) {
+      bool was_drawn = false;
+      for (int d = 0; d < p.drawn_count; ++d) was_drawn |= drawn[d] == top[i];
+      if (!was_drawn) {
+        *token = top[i];
+        return top_q_of(node)[i];
+      }
+    }
+    *token = -1;
+    return 0.0;
+  };
+  const auto close = [&](int node) {
+    OpenParent& p = s.open[node];
+    if (p.remaining >= 0) s.free_buffers.push_back(p.remaining);
+    p.remaining = -1;
+    p.top_count = 0;
+  };
+  double expected_tokens = 1;  // 1 + sum of survivals
+
+  while (!s.heap.empty() && tree.size() - 1 < node_cap) {
+    std::pop_heap(s.heap.begin(), s.heap.end(), below);
+    const Slot slot = s.heap.back();
+    s.heap.pop_back();
     double log_threshold = log_theta;
     if (!chain && params.cost_model) {
       const double dynamic = adaptive_theta(*params.cost_model, params.batch, tree.size(), expected_tokens);
@@ -156,54 +187,63 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     const int32_t parent = slot.node;
     int32_t token = -1;
     if (!slot.has_q) {  // load the parent's q, then re-queue it under its real bound (nothing is admitted yet)
-      OpenParent& p = open[parent];
       const int child_depth = tree.depth[parent] + 1;
-      const float* q = probs.data();
+      OpenParent& p = s.open[parent];
+      float* own = s.probs.data();  // where this parent's q goes: sampling keeps it as the draws' weights
+      if (sampling) {
+        if (s.free_buffers.empty()) {
+          s.pool.emplace_back(vocab);
+          s.free_buffers.push_back(int(s.pool.size()) - 1);
+        }
+        p.remaining = s.free_buffers.back();
+        s.free_buffers.pop_back();
+        s.pool[p.remaining].resize(vocab);
+        own = s.pool[p.remaining].data();
+      }
+      const float* q = own;
       if (q_source == QSource::Base) {
-        std::vector<float>& shared = marginal_probs[child_depth];
+        std::vector<float>& shared = s.marginal[child_depth];
         if (shared.empty()) {
           shared.resize(vocab);
           draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data());
         }
         q = shared.data();
+        if (sampling) std::copy(q, q + vocab, own);  // drawn tokens are zeroed in the parent's own copy
       } else {
-        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, probs.data());
+        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, own);
       }
-      select_top(q, vocab, branch_cap, &p.top, &p.top_q);
-      if (sampling) {
-        p.remaining = pool.take();
-        p.remaining.assign(q, q + vocab);  // widened exactly as draft_distribution() widens for verify()
-      }
-      p.loaded = true;
-      const double next_q = next_remaining_q(p, &token);
+      p.top_count = select_top(q, vocab, branch_cap, top_of(parent), top_q_of(parent));
+      const double next_q = next_remaining_q(parent, &token);
       if (next_q > 0) {
-        heap.push(Slot{p.log_survival + log_p_hat(next_q, 0), parent, true});
+        push(Slot{p.log_survival + log_p_hat(next_q, 0), parent, true});
       } else {
-        close(&p);
+        close(parent);
       }
       continue;
     }
 
-    // Admitted. Now draw: sampled from the remaining q (the chooser normalises; verify() divides by the same sum),
-    // or greedily the largest remaining q, whose survival is the bound just admitted.
+    // Admitted. Now draw: sampled from the remaining q (the chooser normalises; verify() divides by the same sum,
+    // taken over the same floats in the same order), or greedily the largest remaining q, whose survival is the
+    // bound just admitted.
     double child_q;
     {
-      OpenParent& p = open[parent];
+      OpenParent& p = s.open[parent];
       if (sampling) {
-        token = chooser.choose(p.remaining.data(), vocab);
-        child_q = p.remaining[token];
-        p.remaining[token] = 0;
+        float* remaining = s.pool[p.remaining].data();  // [vocab]
+        token = chooser.choose_f32(remaining, vocab);
+        child_q = remaining[token];
+        remaining[token] = 0;
       } else {
-        child_q = next_remaining_q(p, &token);
+        child_q = next_remaining_q(parent, &token);
       }
       if (sampling && params.peek_admission_for_negative_test && !params.peek_admission_for_negative_test(child_q)) {
-        close(&p);  // the lossy test-only rule: drop the draw after seeing it
+        close(parent);  // the lossy test-only rule: drop the draw after seeing it
         continue;
       }
     }
-    OpenParent& p = open[parent];
-    const int rank = static_cast<int>(p.drawn.size());
-    p.drawn.push_back(token);
+    OpenParent& p = s.open[parent];
+    const int rank = p.drawn_count;
+    drawn_of(parent)[p.drawn_count++] = token;
     const double child_log_survival = p.log_survival + log_p_hat(child_q, rank);
     const double child_survival = std::exp(child_log_survival);
     const int node = tree.add(token, parent, rank, child_q, static_cast<float>(child_survival));
@@ -211,16 +251,16 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
 
     // Re-queue the parent under its next bound, or close it.
     int32_t next_token = -1;
-    const double next_q = static_cast<int>(p.drawn.size()) < branch_cap ? next_remaining_q(p, &next_token) : 0;
+    const double next_q = p.drawn_count < branch_cap ? next_remaining_q(parent, &next_token) : 0;
     if (next_q > 0) {
-      heap.push(Slot{p.log_survival + log_p_hat(next_q, static_cast<int>(p.drawn.size())), parent, true});
+      push(Slot{p.log_survival + log_p_hat(next_q, p.drawn_count), parent, true});
     } else {
-      close(&p);
+      close(parent);
     }
     // The child's own slot (p is not used past this point: emplace_back may move it).
-    open.emplace_back();
-    open.back().log_survival = child_log_survival;
-    if (tree.depth[node] < source.block_size) heap.push(Slot{child_log_survival, node, false});
+    s.open.emplace_back();
+    s.open.back().log_survival = child_log_survival;
+    if (tree.depth[node] < source.block_size) push(Slot{child_log_survival, node, false});
   }
   return tree;
 }

@@ -19,8 +19,9 @@
 // Cost: a node's q is computed (one conditional_logits call + a vectorised float softmax) only when its slot
 // reaches the top of the heap, so the last nodes of a full tree cost nothing. One pass picks its top branch_cap
 // tokens (no vocabulary sort); they bound the largest remaining q after any j < branch_cap draws. Greedy keeps only
-// that list; sampling also keeps one [vocab] buffer of remaining q per open parent (drawn tokens zeroed in place,
-// the chooser draws from it directly), recycled when the parent closes. Marginal q is computed once per depth.
+// that list; sampling also keeps one float [vocab] copy of q per open parent (drawn tokens zeroed in place, the
+// chooser draws from it directly, summing it in double), recycled when the parent closes. Marginal q is computed
+// once per depth. The work space is kept per thread between calls: a warm round allocates only the tree.
 #pragma once
 
 #include <cstdint>

@@ -16,27 +16,32 @@ EdgeRecord edge_record(const DraftTree& tree, int32_t child, bool accepted) {
 
 // One recursive-rejection step at a node: tests its children in draw order against p (updated in place to the
 // residual after each rejection). Returns the accepted child or -1.
+// q_j is never materialised: expansion drew c_j with the chooser from the float q with c_1..c_{j-1} zeroed, i.e.
+// with probability q(t) / Z_j, Z_j = draw_total() of those floats; here the same floats are zeroed and summed by
+// the same function, and q_j(t) = q(t) / Z_j is formed where it is read.
 int32_t test_children(const DraftTree& tree, int32_t node, const std::vector<int32_t>& kids, const DraftSource& source,
                       std::vector<double>* p, Chooser& chooser) {
   const bool sampled_draft = tree.draft_temperature > 0;
-  std::vector<double> q, q_j;   // [vocab] the node's draft q and the current sibling's without-replacement q_j
-  std::vector<float> logits;    // [vocab] scratch
-  std::vector<int32_t> drawn;   // siblings before the current one
+  const int vocab = static_cast<int>(p->size());
+  thread_local std::vector<float> q;  // [vocab] the node's draft q, drawn children zeroed as the walk goes
+  thread_local std::vector<double> residual;  // [vocab]
   if (sampled_draft) {
-    draft_distribution(source, tree.q_source, tree.depth[node] + 1, tree.token[node], tree.draft_temperature, &logits,
-                       &q);
+    q.resize(vocab);
+    draft_probs_f32(source, tree.q_source, tree.depth[node] + 1, tree.token[node], tree.draft_temperature, q.data());
   }
-  std::vector<double> residual(p->size());
+  residual.resize(vocab);
+  double* pv = p->data();
   for (int32_t kid : kids) {
     const int32_t x = tree.token[kid];
-    double q_x = 1;  // deterministic draft: q_j is the point mass on x
+    double q_x = 1;          // deterministic draft: q_j is the point mass on x
+    double remaining = 0;    // Z_j
     if (sampled_draft) {
-      remove_drawn(q, drawn, &q_j);
-      q_x = q_j[x];
+      remaining = draw_total(q.data(), vocab);
+      q_x = remaining > 0 ? static_cast<double>(q[x]) / remaining : 0;
       TS_CHECK(q_x > 0, "verify: node ", kid, " token ", x, " has q_j = ", q_x,
                ", but it was drawn from q_j (does the DraftSource differ from the one expand() used?)");
     }
-    const double ratio = (*p)[x] / q_x;
+    const double ratio = pv[x] / q_x;
     bool accept = ratio >= 1;
     if (!accept && ratio > 0) {
       const double coin[2] = {ratio, 1 - ratio};
@@ -45,15 +50,21 @@ int32_t test_children(const DraftTree& tree, int32_t node, const std::vector<int
     if (accept) return kid;
     // Rejected: p <- normalise(max(p - q_j, 0)).
     double sum = 0;
-    for (size_t t = 0; t < p->size(); ++t) {
-      const double q_t = sampled_draft ? q_j[t] : (static_cast<int32_t>(t) == x ? 1.0 : 0.0);
-      residual[t] = std::max((*p)[t] - q_t, 0.0);
-      sum += residual[t];
+    if (sampled_draft) {
+      for (int t = 0; t < vocab; ++t) {
+        residual[t] = std::max(pv[t] - static_cast<double>(q[t]) / remaining, 0.0);
+        sum += residual[t];
+      }
+    } else {
+      for (int t = 0; t < vocab; ++t) {
+        residual[t] = std::max(pv[t] - (t == x ? 1.0 : 0.0), 0.0);
+        sum += residual[t];
+      }
     }
     if (sum > 0) {  // else the guard: a probability-zero rejection reached by rounding; keep p
-      for (size_t t = 0; t < p->size(); ++t) (*p)[t] = residual[t] / sum;
+      for (int t = 0; t < vocab; ++t) pv[t] = residual[t] / sum;
     }
-    drawn.push_back(x);
+    if (sampled_draft) q[x] = 0;  // x is drawn: q_{j+1} is q without it
   }
   return -1;
 }

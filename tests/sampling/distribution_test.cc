@@ -161,5 +161,64 @@ TEST(Argmax, LowestIndexOnTies) {
   EXPECT_THROW(argmax(x, 0), Error);
 }
 
+// exp_nonpositive against std::exp: within 2 ulp over the whole non-positive range (subnormal results and
+// underflow to 0 included), exact at 0, 0 at -inf; in place too.
+TEST(ExpNonpositive, MatchesStdExp) {
+  std::mt19937_64 rng(3);
+  std::vector<double> x;
+  for (int i = 0; i < 20000; ++i) x.push_back(-std::uniform_real_distribution<double>(0, 1)(rng) * (i % 2 ? 1.0 : 760.0));
+  for (double v : {0.0, -0.0, -1e-300, -1e-17, -0.34657359027997264, -0.6931471805599453, -1.0, -699.99, -700.0,
+                   -700.01, -708.4, -709.0, -744.0, -745.2, -1299.0, -1301.0, -1e4, -std::numeric_limits<double>::infinity()})
+    x.push_back(v);
+  std::vector<double> y(x.size());
+  exp_nonpositive(x.data(), static_cast<int>(x.size()), y.data());
+  int worst_ulps = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(x[i]);
+    const double ulp = std::nextafter(want, 2.0) - want;  // subnormal and 0 results: the smallest subnormal
+    const int ulps = static_cast<int>(std::round(std::abs(y[i] - want) / ulp));
+    worst_ulps = std::max(worst_ulps, ulps);
+    ASSERT_LE(ulps, 2) << "x = " << x[i] << " got " << y[i] << " want " << want;
+  }
+  EXPECT_EQ(y[x.size() - 1], 0.0);
+  EXPECT_EQ(y[x.size() - 2], 0.0);
+  EXPECT_EQ(y[20000], 1.0);  // exp(0)
+  exp_nonpositive(x.data(), 3, x.data());  // in place
+  EXPECT_EQ(x[0], y[0]);
+  EXPECT_EQ(x[2], y[2]);
+  std::printf("exp_nonpositive: worst error %d ulp over %zu arguments\n", worst_ulps, y.size());
+}
+
+// The plain loop argmax() must agree with: the first maximum, NaN never winning unless it is x[0].
+int plain_argmax(const std::vector<float>& x) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(x.size()); ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+TEST(Argmax, AgreesWithThePlainLoop) {
+  std::mt19937 rng(5);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::nanf(""), 1.0f, -1.0f};
+  int cases = 0;
+  for (int n : {1, 2, 15, 16, 17, 31, 33, 100, 4096, 4099}) {
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<float> x(n);
+      // Few distinct values, so ties are common; some rows get specials (NaN, +-0, +-inf) at random places,
+      // including x[0].
+      std::uniform_int_distribution<int> value(-3, 3), special(0, 6), where(0, n - 1);
+      for (float& v : x) v = static_cast<float>(value(rng));
+      const int n_special = trial % 3 == 0 ? 0 : 1 + trial % 4;
+      for (int k = 0; k < n_special; ++k) x[where(rng)] = specials[special(rng)];
+      if (trial % 7 == 1) x[0] = std::nanf("");
+      if (trial % 11 == 2) std::fill(x.begin(), x.end(), trial % 2 ? 0.0f : -0.0f), x[n / 2] = 0.0f;
+      ASSERT_EQ(argmax(x.data(), n), plain_argmax(x)) << "n " << n << " trial " << trial;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 600);
+}
+
 }  // namespace
 }  // namespace ts
