@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
 namespace {
@@ -145,26 +146,27 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + tiles.max_rows - 1) / tiles.max_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
-#pragma omp parallel for schedule(static) if (groups > 1 && weight_elems * rows >= kParallelMinMacs)
-  for (int g = 0; g < groups; ++g) {
-    const int col0 = g * kGroupCols;
-    const int cols = std::min(kGroupCols, out_features - col0);
-    const W* wg = packed + size_t(g) * group_elems;
-    for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
-      const int ks = std::min(chunk_steps, k_steps - k0);
-      int row0 = 0;
-      for (int t = 0; t < n_tiles; ++t) {
-        const int r = tile_rows(rows - row0, n_tiles - t);
-        const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
-        for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels) {
-          tiles.fns[r](xt, ldx, wg + size_t(k0) * step_elems + p0 * kW * x_per_step, ks,
-                       y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW, k0 == 0,
-                       t == 0 && p0 == 0);
+  parallel_ranges(groups, weight_elems * rows >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
+    for (int g = int(g0); g < int(g1); ++g) {
+      const int col0 = g * kGroupCols;
+      const int cols = std::min(kGroupCols, out_features - col0);
+      const W* wg = packed + size_t(g) * group_elems;
+      for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
+        const int ks = std::min(chunk_steps, k_steps - k0);
+        int row0 = 0;
+        for (int t = 0; t < n_tiles; ++t) {
+          const int r = tile_rows(rows - row0, n_tiles - t);
+          const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
+          for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels) {
+            tiles.fns[r](xt, ldx, wg + size_t(k0) * step_elems + p0 * kW * x_per_step, ks,
+                         y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW, k0 == 0,
+                         t == 0 && p0 == 0);
+          }
+          row0 += r;
         }
-        row0 += r;
       }
     }
-  }
+  });
 }
 
 // Tile families per vector width. AVX-512 (32 registers): up to 5 rows x 4 panels (20 accumulators + 8 widened
