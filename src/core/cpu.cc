@@ -86,7 +86,10 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
-Isa best_isa() { return supported_isas().back(); }
+Isa best_isa() {
+  const Isa top = supported_isas().back();
+  return top == Isa::Avx512Bf16 ? Isa::Avx512 : top;
+}
 
 Isa isa_from_request(const std::string& value, const CpuFeatures& f) {
   Isa wanted = Isa::Scalar;

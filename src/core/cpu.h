@@ -34,7 +34,10 @@ const char* isa_name(Isa isa);
 Isa parse_isa(const std::string& name);
 bool isa_supported(Isa isa);          // does this CPU have what the variant needs?
 std::vector<Isa> supported_isas();    // every variant this CPU runs, scalar first
-Isa best_isa();                       // the last of supported_isas()
+// The default variant: avx512 where the CPU has it, else avx2, else scalar. avx512bf16 is opt-in: its vdpbf16ps
+// GEMM measured slower than avx512's widen-and-FMA one on the project's Xeons (bench_linear, bf16 3072x1024,
+// 1 thread: M=8 1.66x M=1 against 1.46x; M=64 9.6x against 7.8x; vdpbf16ps retires ~1.3 G/s per core there).
+Isa best_isa();
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
 // is not a variant's name.

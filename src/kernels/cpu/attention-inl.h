@@ -13,9 +13,11 @@
 // Which pairs share a task only changes the loop nesting, never a pair's arithmetic: a row of a tree batch equals
 // the same row computed alone, or with only its visible keys (tests/kernels/attention_test.cc checks the bits).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math-inl.h"
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
@@ -156,20 +158,18 @@ bool attention(const float* q, const float* k, const float* v, int64_t kv_row_st
                       float scale) {
   const int blocks = (n_q + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
-  bool all_rows_see_a_key = true;
+  std::atomic<bool> all_rows_see_a_key{true};
   // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens
   // of microseconds), well past the ~5 us a hand-off costs.
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17)) \
-    reduction(&& : all_rows_see_a_key)
-  for (int64_t task = 0; task < tasks; ++task) {
+  parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
     thread_local TaskScratch scratch;
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * kRowsPerTask, rows = std::min(kRowsPerTask, n_q - row0);
     const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
-    all_rows_see_a_key = attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), visible, out, row0,
-                                      rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale, scratch) &&
-                         all_rows_see_a_key;
-  }
+    if (!attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), visible, out, row0, rows, kvh, n_kv,
+                      n_heads, n_kv_heads, head_dim, scale, scratch))
+      all_rows_see_a_key.store(false, std::memory_order_relaxed);
+  });
   return all_rows_see_a_key;
 }
 

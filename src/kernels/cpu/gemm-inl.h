@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
 namespace {
@@ -27,6 +28,7 @@ constexpr int kChunkPairs = 256;  // k pairs per chunk (bf16: 64 cols x 512 k x 
 constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 64 KiB)
 // Software prefetch distance in k steps (16 x 256 B = 4 KiB ahead). Measured with weights streamed from DRAM
 // on the busy shared machine (AVX-512): 8 rows cost 1.2-1.3x one row with it, ~1.8x without; 1 row unchanged.
+// (Scaling the distance by kPanels / P for narrow tiles measured no better.)
 constexpr int kPrefetchSteps = 16;
 
 // Parallelise only when the work is big enough to amortise the thread hand-off (~5 us): 1M multiply-adds is
@@ -145,33 +147,33 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + tiles.max_rows - 1) / tiles.max_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
-#pragma omp parallel for schedule(static) if (groups > 1 && weight_elems * rows >= kParallelMinMacs)
-  for (int g = 0; g < groups; ++g) {
-    const int col0 = g * kGroupCols;
-    const int cols = std::min(kGroupCols, out_features - col0);
-    const W* wg = packed + size_t(g) * group_elems;
-    for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
-      const int ks = std::min(chunk_steps, k_steps - k0);
-      int row0 = 0;
-      for (int t = 0; t < n_tiles; ++t) {
-        const int r = tile_rows(rows - row0, n_tiles - t);
-        const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
-        for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels) {
-          tiles.fns[r](xt, ldx, wg + size_t(k0) * step_elems + p0 * kW * x_per_step, ks,
-                       y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW, k0 == 0,
-                       t == 0 && p0 == 0);
+  parallel_ranges(groups, weight_elems * rows >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
+    for (int g = int(g0); g < int(g1); ++g) {
+      const int col0 = g * kGroupCols;
+      const int cols = std::min(kGroupCols, out_features - col0);
+      const W* wg = packed + size_t(g) * group_elems;
+      for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
+        const int ks = std::min(chunk_steps, k_steps - k0);
+        int row0 = 0;
+        for (int t = 0; t < n_tiles; ++t) {
+          const int r = tile_rows(rows - row0, n_tiles - t);
+          const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
+          for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels) {
+            tiles.fns[r](xt, ldx, wg + size_t(k0) * step_elems + p0 * kW * x_per_step, ks,
+                         y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW, k0 == 0,
+                         t == 0 && p0 == 0);
+          }
+          row0 += r;
         }
-        row0 += r;
       }
     }
-  }
+  });
 }
 
 // Tile families per vector width. AVX-512 (32 registers): up to 5 rows x 4 panels (20 accumulators + 8 widened
 // weights + 2 broadcasts), or for 6+ rows up to 8 rows x 2 panels (16 + 4 + 2), which widens each weight vector
 // once per 8 rows instead of per 5 (the shift/and ops compete with FMAs for the same ports; 8 rows = a typical
-// tree batch). AVX2 (16 registers): 1 row x 8 panels (one pass over the group, panels widened one at a time), or
-// up to 5 rows x 2 panels (10 + 4 + 2).
+// tree batch). AVX2 (16 registers): below.
 #if TS_SIMD_WIDTH == 16
 constexpr Tiles<uint16_t> kBf16Wide = {5, 4, {nullptr, tile_bf16<1, 4, false>, tile_bf16<2, 4, false>,
                                               tile_bf16<3, 4, false>, tile_bf16<4, 4, false>, tile_bf16<5, 4, false>}};
@@ -182,11 +184,17 @@ constexpr Tiles<uint16_t> kBf16Tall = {8, 2, {nullptr, tile_bf16<1, 2, false>, t
 constexpr Tiles<float> kF32 = {6, 4, {nullptr, tile_f32<1, 4>, tile_f32<2, 4>, tile_f32<3, 4>, tile_f32<4, 4>,
                                       tile_f32<5, 4>, tile_f32<6, 4>}};
 #elif TS_SIMD_WIDTH == 8
+// Each bf16 accumulator takes two dependent FMAs per k pair (8 cycles of latency), so a pass needs >= 8
+// accumulators to keep both FMA ports busy: 1 row x 8 panels, 2 rows x 4 panels (panels widened one at a time:
+// 8 + 4 + 3 registers), then 3-5 rows x 2 panels (more passes over the L2-resident chunk, but 6-10 chains).
 constexpr Tiles<uint16_t> kBf16OneRow = {1, 8, {nullptr, tile_bf16<1, 8, true>}};
+constexpr Tiles<uint16_t> kBf16TwoRows = {2, 4, {nullptr, tile_bf16<1, 4, true>, tile_bf16<2, 4, true>}};
 constexpr Tiles<uint16_t> kBf16Narrow = {5, 2, {nullptr, tile_bf16<1, 2, false>, tile_bf16<2, 2, false>,
                                                 tile_bf16<3, 2, false>, tile_bf16<4, 2, false>, tile_bf16<5, 2, false>}};
-// 1 row x 8 panels (weights as FMA memory operands), or up to 6 rows x 2 panels (12 + 2 + 1).
+// f32: 1 row x 8 panels (weights as FMA memory operands), 2 rows x 4 panels (8 + 4 + 1), or up to 6 rows x 2
+// panels (12 + 2 + 1).
 constexpr Tiles<float> kF32OneRow = {1, 8, {nullptr, tile_f32<1, 8>}};
+constexpr Tiles<float> kF32TwoRows = {2, 4, {nullptr, tile_f32<1, 4>, tile_f32<2, 4>}};
 constexpr Tiles<float> kF32Narrow = {6, 2, {nullptr, tile_f32<1, 2>, tile_f32<2, 2>, tile_f32<3, 2>, tile_f32<4, 2>,
                                             tile_f32<5, 2>, tile_f32<6, 2>}};
 #else
@@ -202,7 +210,8 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
 #if TS_SIMD_WIDTH == 16
   const Tiles<uint16_t>& tiles = rows <= 5 ? kBf16Wide : kBf16Tall;
 #else
-  const Tiles<uint16_t>& tiles = rows == 1 ? kBf16OneRow : kBf16Narrow;
+  // With >= 3 rows every tile of the even split has >= 3 rows (max 5 per tile).
+  const Tiles<uint16_t>& tiles = rows == 1 ? kBf16OneRow : rows == 2 ? kBf16TwoRows : kBf16Narrow;
 #endif
   run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, kChunkPairs, kGroupCols * 2, weights, tiles);
 }
@@ -212,7 +221,7 @@ void gemm_f32(const float* x, const float* packed, float* y, int rows, int out_f
 #if TS_SIMD_WIDTH == 16
   const Tiles<float>& tiles = kF32;
 #else
-  const Tiles<float>& tiles = rows == 1 ? kF32OneRow : kF32Narrow;
+  const Tiles<float>& tiles = rows == 1 ? kF32OneRow : rows == 2 ? kF32TwoRows : kF32Narrow;
 #endif
   run_gemm<float>(x, in_features, packed, y, rows, out_features, in_features, kChunkK, kGroupCols, weights, tiles);
 }

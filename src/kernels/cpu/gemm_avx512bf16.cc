@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_avx512.h"
 
 #define TS_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
@@ -84,22 +85,23 @@ void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int row
   const int n_tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
   const size_t group_elems = size_t(pairs) * kGroupCols * 2;
   const int64_t macs = int64_t(out_features) * in_features * rows;
-#pragma omp parallel for schedule(static) if (groups > 1 && macs >= kParallelMinMacs)
-  for (int g = 0; g < groups; ++g) {
-    const int col0 = g * kGroupCols;
-    const int cols = std::min(kGroupCols, out_features - col0);
-    const uint16_t* wg = packed + size_t(g) * group_elems;
-    for (int k0 = 0; k0 < pairs; k0 += kChunkPairs) {
-      const int ks = std::min(kChunkPairs, pairs - k0);
-      int row0 = 0;
-      for (int t = 0; t < n_tiles; ++t) {
-        const int r = (rows - row0 + n_tiles - t - 1) / (n_tiles - t);
-        kTiles[r](x + size_t(row0) * pairs + k0, pairs, wg + size_t(k0) * kGroupCols * 2, ks,
-                  y + size_t(row0) * out_features + col0, out_features, cols, k0 == 0);
-        row0 += r;
+  parallel_ranges(groups, macs >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
+    for (int g = int(g0); g < int(g1); ++g) {
+      const int col0 = g * kGroupCols;
+      const int cols = std::min(kGroupCols, out_features - col0);
+      const uint16_t* wg = packed + size_t(g) * group_elems;
+      for (int k0 = 0; k0 < pairs; k0 += kChunkPairs) {
+        const int ks = std::min(kChunkPairs, pairs - k0);
+        int row0 = 0;
+        for (int t = 0; t < n_tiles; ++t) {
+          const int r = (rows - row0 + n_tiles - t - 1) / (n_tiles - t);
+          kTiles[r](x + size_t(row0) * pairs + k0, pairs, wg + size_t(k0) * kGroupCols * 2, ks,
+                    y + size_t(row0) * out_features + col0, out_features, cols, k0 == 0);
+          row0 += r;
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace ts::kernels::cpu::avx512bf16

@@ -1,7 +1,8 @@
 // Internal: y = x W^T on weights packed once into column groups, with a fixed reduction order per output.
 //
-// Why our own GEMM rather than oneDNN for the default path: greedy speculative decoding compares a tree batch with
-// single-token forwards, so a row's output must not depend on how many rows share the call. Here every output
+// Why our own GEMM rather than a library's (oneDNN was dropped: no bf16 without AVX-512, no promise of batch
+// invariance): greedy speculative decoding compares a tree batch with single-token forwards, so a row's output
+// must not depend on how many rows share the call. Here every output
 // element y[r, o] is one accumulator lane that walks k = 0, 1, 2, ... in order whatever `rows` is (rows only
 // change how many accumulators run side by side), and threads split the output columns, never k.
 //

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math-inl.h"
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
@@ -14,14 +15,20 @@ namespace ts::kernels::cpu::TS_SIMD_NS {
 // ~10 floats per ns on one core, so 32k elements are a few microseconds of work).
 constexpr int64_t kParallelMinElems = 1 << 15;
 
-TS_SIMD void add(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= 4 * kParallelMinElems)
-  for (int64_t i = 0; i < n; i += kW) store_n(dst + i, add(load_n(dst + i, n - i), load_n(src + i, n - i)), n - i);
+// Vectors [v0, v1) of [0, n) (vector v covers elements v kW ...).
+TS_SIMD void add_span(float* dst, const float* src, int64_t n, int64_t v0, int64_t v1) {
+  for (int64_t i = v0 * kW; i < n && i < v1 * kW; i += kW)
+    store_n(dst + i, add(load_n(dst + i, n - i), load_n(src + i, n - i)), n - i);
 }
 
-TS_SIMD void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps) {
-#pragma omp parallel for schedule(static) if (int64_t(rows) * dim >= kParallelMinElems)
-  for (int r = 0; r < rows; ++r) {
+void add(float* dst, const float* src, int64_t n) {
+  parallel_ranges((n + kW - 1) / kW, n >= 4 * kParallelMinElems,
+                  [&](int64_t v0, int64_t v1) { add_span(dst, src, n, v0, v1); });
+}
+
+TS_SIMD void rmsnorm_rows(const float* x, const float* weight, float* out, int dim, float eps, int64_t r0,
+                          int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + size_t(r) * dim;  // [dim]
     float* outr = out + size_t(r) * dim;    // [dim], may alias xr: all reads of xr happen in dot_f32 first
     const float mean_sq = dot_f32(xr, xr, dim) / float(dim);
@@ -30,6 +37,11 @@ TS_SIMD void rmsnorm(const float* x, const float* weight, float* out, int rows, 
     for (int i = 0; i < dim; i += kW)
       store_n(outr + i, mul(mul(load_n(xr + i, dim - i), inv_rms), load_n(weight + i, dim - i)), dim - i);
   }
+}
+
+void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps) {
+  parallel_ranges(rows, int64_t(rows) * dim >= kParallelMinElems,
+                  [&](int64_t r0, int64_t r1) { rmsnorm_rows(x, weight, out, dim, eps, r0, r1); });
 }
 
 // The cos/sin table of the last rope call on this thread, [rows][2][half] (cos then sin per row). The model
@@ -43,23 +55,11 @@ struct RopeTable {
   std::vector<float> cos_sin;       // [rows, 2, half]
 };
 
-TS_SIMD void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
-                  float attention_scale) {
+// Rows [r0, r1): computes their cos/sin into cos_sin ([rows, 2, half]) unless `reuse`, then rotates every head.
+TS_SIMD void rope_rows(float* x, const int32_t* positions, int heads, int head_dim, const float* inv_freq,
+                       float attention_scale, bool reuse, float* cos_sin, int64_t r0, int64_t r1) {
   const int half = head_dim / 2;
-  thread_local RopeTable table;
-  const bool reuse = table.half == half && table.scale == attention_scale && table.positions.size() == size_t(rows) &&
-                     std::equal(positions, positions + rows, table.positions.begin()) &&
-                     std::equal(inv_freq, inv_freq + half, table.inv_freq.begin());
-  if (!reuse) {
-    table.half = half;
-    table.scale = attention_scale;
-    table.inv_freq.assign(inv_freq, inv_freq + half);
-    table.positions.assign(positions, positions + rows);
-    table.cos_sin.resize(size_t(rows) * 2 * half);
-  }
-  float* cos_sin = table.cos_sin.data();  // this thread's table, shared with the workers below
-#pragma omp parallel for schedule(static) if (int64_t(rows) * heads * head_dim >= kParallelMinElems)
-  for (int r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     float* cos_v = cos_sin + size_t(r) * 2 * half;  // [half]
     float* sin_v = cos_v + half;                    // [half]
     if (!reuse)
@@ -82,16 +82,40 @@ TS_SIMD void rope(float* x, const int32_t* positions, int rows, int heads, int h
   }
 }
 
+void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
+          float attention_scale) {
+  const int half = head_dim / 2;
+  thread_local RopeTable table;
+  const bool reuse = table.half == half && table.scale == attention_scale && table.positions.size() == size_t(rows) &&
+                     std::equal(positions, positions + rows, table.positions.begin()) &&
+                     std::equal(inv_freq, inv_freq + half, table.inv_freq.begin());
+  if (!reuse) {
+    table.half = half;
+    table.scale = attention_scale;
+    table.inv_freq.assign(inv_freq, inv_freq + half);
+    table.positions.assign(positions, positions + rows);
+    table.cos_sin.resize(size_t(rows) * 2 * half);
+  }
+  float* cos_sin = table.cos_sin.data();  // this thread's table, filled and read by the workers below
+  parallel_ranges(rows, int64_t(rows) * heads * head_dim >= kParallelMinElems, [&](int64_t r0, int64_t r1) {
+    rope_rows(x, positions, heads, head_dim, inv_freq, attention_scale, reuse, cos_sin, r0, r1);
+  });
+}
+
 // silu(g) = g / (1 + exp(-g)). For g below about -88, exp(-g) overflows to inf and the quotient is -0 where the
 // exact value is a tiny negative number (|silu(g)| < 1e-36); see Ops.SwigluMatchesReference.
-TS_SIMD void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+TS_SIMD void swiglu_span(const float* gate, const float* up, float* out, int64_t n, int64_t v0, int64_t v1) {
   const V one = set1(1.0f);
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
-  for (int64_t i = 0; i < n; i += kW) {
+  for (int64_t i = v0 * kW; i < n && i < v1 * kW; i += kW) {
     const V g = load_n(gate + i, n - i);
     const V silu = div(g, add(one, exp_approx(sub(zero(), g))));
     store_n(out + i, mul(silu, load_n(up + i, n - i)), n - i);
   }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  parallel_ranges((n + kW - 1) / kW, n >= kParallelMinElems,
+                  [&](int64_t v0, int64_t v1) { swiglu_span(gate, up, out, n, v0, v1); });
 }
 
 // Sum of 4 kW-lane accumulators (acc[j] holds vectors j, j + 4, j + 8, ... of a buffer): the chains are 4x
