@@ -1,4 +1,5 @@
-// Single-request generation: plain decoding or speculative rounds (chain, fixed tree, marginal tree, TreeSpark).
+// Single-request generation: plain decoding or speculative rounds (chain, fixed tree, marginal tree, TreeSpark),
+// as a client of the step engine (engine.h) with one request: the same code path as batched serving.
 //
 // A round: the drafter drafts one block from the anchor (the newest token, sampled but not yet in the target's
 // cache); spec::expand grows the draft tree; one target forward runs over [anchor + tree] with the tree's
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "model/drafter.h"
 #include "model/target_model.h"
 #include "sampling/sampling_params.h"
@@ -19,33 +21,16 @@
 
 namespace ts {
 
-enum class DecodeMode { None, Chain, Tree };
-
-struct GenerateOptions {
-  SamplingParams sampling;
-  int max_new_tokens = 64;
-  int max_context = 4096;           // prompt + generated tokens
-  std::vector<int32_t> stop_ids;    // generation ends after emitting one of these
-  DecodeMode mode = DecodeMode::Tree;
-  spec::TreeParams tree;            // expansion parameters (mode Chain uses tree.draft_len and branch 1)
-  bool collect_edges = false;       // keep verification edge records (for calibration)
+// The options of one generation: a request's options (request.h) with the CLI's default context limit.
+struct GenerateOptions : RequestOptions {
+  GenerateOptions() { max_context = 4096; }
 };
 
-struct GenerationStats {
-  int rounds = 0;
-  int target_forwards = 0;          // including the prefill
-  int generated_tokens = 0;
-  int accepted_draft_tokens = 0;
-  long tree_nodes = 0;              // draft nodes over all rounds (root excluded)
-  double prefill_ms = 0, draft_ms = 0, expand_ms = 0, verify_ms = 0, total_ms = 0;
-  std::vector<long> accepted_at_depth;  // [block_size + 1]: rounds whose accepted path reached depth d
-  double tokens_per_round() const { return rounds ? double(accepted_draft_tokens + rounds) / rounds : 0; }
-  double mean_tree_size() const { return rounds ? double(tree_nodes) / rounds : 0; }
-};
+using GenerationStats = RequestStats;
 
 struct GenerationResult {
   std::vector<int32_t> ids;  // generated tokens (stop token included when one ended the generation)
-  std::string finish_reason; // "stop", "length"
+  std::string finish_reason; // "stop", "length" (finish_reason_name)
   GenerationStats stats;
   std::vector<spec::EdgeRecord> edges;  // with collect_edges
 };

@@ -86,6 +86,47 @@ void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_po
   lm_head_.forward(x_.data(), B, base_logits);
 }
 
+void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32_t* anchors,
+                           const int32_t* anchor_pos, float* base_logits) {
+  const int n = int(states.size());
+  if (n == 0) return;
+  const int B = config_.block_size, H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
+  const int rows = n * B;
+  std::vector<int32_t> tokens(rows, config_.mask_token_id), positions(rows);  // [n * B]
+  for (int s = 0; s < n; ++s) {
+    TS_CHECK(states[s], "draft_blocks: null state ", s);
+    tokens[size_t(s) * B] = anchors[s];
+    for (int i = 0; i < B; ++i) positions[size_t(s) * B + i] = anchor_pos[s] + i;
+  }
+  x_.resize(size_t(rows) * H);
+  q_.resize(size_t(rows) * Q);
+  attn_.resize(size_t(rows) * Q);
+  embed(tokens.data(), rows, x_.data());
+  std::vector<float> k_rows(size_t(rows) * KV), v_rows(size_t(rows) * KV);  // [n * B, kv_dim]
+  std::vector<uint8_t> all_visible(size_t(B) * B, 1);                       // [B, B]: no mask within a block
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    scratch_.h.resize(size_t(rows) * H);
+    kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), rows, H, shape_.eps);
+    project_qkv(w, shape_, scratch_.h.data(), positions.data(), rows, scratch_, q_.data(), k_rows.data(),
+                v_rows.data());
+    for (int s = 0; s < n; ++s) {  // each block attends to its own context plus itself, as pending rows
+      KVCache& cache = states[s]->context;
+      cache.begin_append(B);
+      const size_t at = size_t(cache.length()) * KV;
+      std::memcpy(cache.keys(l) + at, &k_rows[size_t(s) * B * KV], sizeof(float) * B * KV);
+      std::memcpy(cache.values(l) + at, &v_rows[size_t(s) * B * KV], sizeof(float) * B * KV);
+      cached_attention(shape_, cache, l, &q_[size_t(s) * B * Q], B, all_visible.data(), B, mask_,
+                       &attn_[size_t(s) * B * Q]);
+      cache.drop_pending();
+    }
+    attn_out_residual(w, shape_, attn_.data(), x_.data(), rows, scratch_);
+    mlp_residual(w, shape_, x_.data(), rows, scratch_);
+  }
+  kernels::rmsnorm(x_.data(), final_norm_.data(), x_.data(), rows, H, shape_.eps);
+  lm_head_.forward(x_.data(), rows, base_logits);
+}
+
 void Drafter::add_markov_bias(int32_t parent, float* logits) const {
   const int V = config_.vocab_size, R = config_.markov_rank;
   TS_CHECK(parent >= 0 && parent < V, "drafter: parent token ", parent, " out of range");

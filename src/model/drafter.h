@@ -44,6 +44,13 @@ class Drafter {
   // The context is unchanged.
   void draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits);
 
+  // Batched draft_block: ONE forward over n blocks, block i = [anchors[i], mask x (block_size-1)] at positions
+  // anchor_pos[i].., attending to states[i]'s context and to itself only. base_logits: [n, block_size, vocab].
+  // Block i's logits equal draft_block(*states[i], anchors[i], anchor_pos[i]) (every kernel is row-wise
+  // batch-invariant). The contexts are unchanged.
+  void draft_blocks(const std::vector<DrafterState*>& states, const int32_t* anchors, const int32_t* anchor_pos,
+                    float* base_logits);
+
   // logits: [vocab] += W2 * W1[parent]
   void add_markov_bias(int32_t parent, float* logits) const;
 

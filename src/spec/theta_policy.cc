@@ -20,6 +20,10 @@ void CostModel::validate() const {
              "cost model: token counts must be >= 1 and strictly increasing, got ", tokens[j], " at ", j);
   }
   for (double v : ms) TS_CHECK(v > 0, "cost model: every cost must be > 0 ms, got ", v);
+  TS_CHECK(fixed_ms_by_batch.empty() || fixed_ms_by_batch.size() == batches.size(),
+           "cost model: fixed_ms_by_batch must be empty or hold one cost per batch (", batches.size(), "), got ",
+           fixed_ms_by_batch.size());
+  for (double v : fixed_ms_by_batch) TS_CHECK(v >= 0, "cost model: fixed costs must be >= 0 ms, got ", v);
 }
 
 namespace {
@@ -45,12 +49,28 @@ double CostModel::cost_ms(int batch, int k) const {
   return (1 - w) * row_cost(*this, i - 1, k) + w * row_cost(*this, i, k);
 }
 
+double CostModel::fixed_cost_ms(int batch) const {
+  if (fixed_ms_by_batch.empty() || fixed_ms_by_batch.size() != batches.size()) return std::max(0.0, fixed_ms);
+  if (batch <= batches.front()) return fixed_ms_by_batch.front();
+  if (batch >= batches.back()) return fixed_ms_by_batch.back();
+  size_t i = 1;
+  while (batches[i] < batch) ++i;
+  const double w = static_cast<double>(batch - batches[i - 1]) / (batches[i] - batches[i - 1]);
+  return (1 - w) * fixed_ms_by_batch[i - 1] + w * fixed_ms_by_batch[i];
+}
+
+bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens) {
+  const double plain = cost.cost_ms(batch, 1);
+  const double round = cost.cost_ms(batch, std::max(1, k)) + cost.fixed_cost_ms(batch);
+  return plain > 0 && round > 0 && expected_tokens / round >= 1.0 / plain;
+}
+
 double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far) {
   TS_CHECK(tree_size_so_far >= 1, "adaptive theta: the tree holds at least the anchor, got size ", tree_size_so_far);
   const double now = cost.cost_ms(batch, tree_size_so_far);
   const double next = cost.cost_ms(batch, tree_size_so_far + 1);
   TS_CHECK(now > 0, "adaptive theta: cost model gives ", now, " ms for k = ", tree_size_so_far, ", expected > 0");
-  return std::max(0.0, (next - now) * expected_tokens_so_far / (now + std::max(0.0, cost.fixed_ms)));
+  return std::max(0.0, (next - now) * expected_tokens_so_far / (now + cost.fixed_cost_ms(batch)));
 }
 
 }  // namespace ts::spec

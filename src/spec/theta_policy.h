@@ -24,16 +24,27 @@ struct CostModel {
   // L(b, k) + fixed_ms, and the threshold below divides by that: the cheaper the verify forward is relative to
   // the whole round, the more nodes pay for themselves.
   double fixed_ms = 0;
+  // Optional, per measured batch: the round's fixed cost at that batch (the drafter's one batched forward over b
+  // blocks). [B] or empty; when set it replaces fixed_ms. Interpolated in the batch like the curve.
+  std::vector<double> fixed_ms_by_batch;
 
   // Throws ts::Error unless the shapes and orders above hold.
   void validate() const;
   // Piecewise linear in k (extrapolated with the last segment's slope beyond the table, the first below it) and
   // in the batch between measured batches (clamped to the first/last measured batch outside them).
   double cost_ms(int batch, int k) const;
+  // The round's fixed cost at this batch: fixed_ms_by_batch interpolated, else fixed_ms.
+  double fixed_cost_ms(int batch) const;
 };
 
 // The threshold above for a tree whose verify forward currently holds tree_size_so_far tokens per sequence (the
 // anchor counts: a root-only tree has 1) and emits expected_tokens_so_far = 1 + sum of survivals. Never negative.
+// The fixed cost is fixed_cost_ms(batch).
 double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far);
+
+// Whether speculating pays at this batch: a round with k tokens per sequence (anchor included) that emits
+// expected_tokens tokens gives expected_tokens / (L(b, k) + F(b)) tokens per ms per sequence; plain decoding gives
+// 1 / L(b, 1). True iff the first is at least the second (the serving policy switches speculation off otherwise).
+bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens);
 
 }  // namespace ts::spec

@@ -10,40 +10,15 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
-#include "model/model_test_util.h"
-#include "model/random_checkpoint.h"
+#include "engine/tiny_pair.h"
 #include "sampling/distribution.h"
 
 namespace ts {
 namespace {
 
-using testing::temp_dir;
-
-struct Pair {
-  std::unique_ptr<TargetModel> target;
-  std::unique_ptr<Drafter> drafter;
-};
-
-Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype, uint64_t seed) {
-  const std::string dir = temp_dir("pair");
-  ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
-  write_random_model(dir + "/target", c, dtype, seed);
-  DrafterConfig d;
-  d.block_size = block;
-  d.markov_rank = 4;
-  d.target_layer_ids = {0, layers - 1};
-  d.mask_token_id = vocab - 1;
-  d.num_layers = 1;
-  d.hidden_size = hidden;
-  d.target_hidden_size = hidden;
-  d.head_dim = 16;
-  d.num_heads = 4;
-  d.num_kv_heads = 2;
-  d.intermediate_size = hidden * 2;
-  d.vocab_size = vocab;
-  write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
-  return Pair{TargetModel::load(dir + "/target"), Drafter::load(dir + "/drafter")};
-}
+using testing::exact_continuations;
+using testing::make_pair;
+using testing::Pair;
 
 struct Arm {
   DecodeMode mode;
@@ -97,37 +72,6 @@ TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
 
 INSTANTIATE_TEST_SUITE_P(DTypes, GreedyEquality, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
-
-// Exact distribution of the next `len` tokens after `prompt` under the target with `params`, by enumeration.
-void exact_continuations(TargetModel& m, const std::vector<int32_t>& prompt, int len, const SamplingParams& params,
-                         std::map<std::vector<int32_t>, double>* out) {
-  const int V = m.config().vocab_size;
-  std::vector<std::pair<std::vector<int32_t>, double>> frontier = {{{}, 1.0}};
-  for (int step = 0; step < len; ++step) {
-    std::vector<std::pair<std::vector<int32_t>, double>> next;
-    for (auto& [suffix, mass] : frontier) {
-      std::vector<int32_t> seq = prompt;
-      seq.insert(seq.end(), suffix.begin(), suffix.end());
-      KVCache cache = m.new_cache(64);
-      ForwardBatch b;
-      b.tokens = seq;
-      for (int i = 0; i < int(seq.size()); ++i) b.positions.push_back(i);
-      b.logit_rows = {int(seq.size()) - 1};
-      ForwardResult r;
-      m.forward(b, {&cache}, &r);
-      std::vector<double> p;
-      processed_distribution(r.logits.data(), V, params, &p);
-      for (int v = 0; v < V; ++v) {
-        if (p[v] == 0) continue;
-        auto s = suffix;
-        s.push_back(v);
-        next.push_back({s, mass * p[v]});
-      }
-    }
-    frontier.swap(next);
-  }
-  for (auto& [s, mass] : frontier) (*out)[s] += mass;
-}
 
 TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
   // vocab 8: 512 possible continuations. N samples per arm. For a multinomial with K cells the expected L1 error

@@ -1,0 +1,302 @@
+// The step engine's bookkeeping: validation, admission, cancellation, events and metrics. The model work of a step
+// is in engine_run.cc.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <new>
+
+#include "core/timer.h"
+#include "engine/engine_live.h"
+
+namespace ts {
+
+namespace {
+
+int tree_rows(const RequestOptions& o) {
+  if (o.mode == DecodeMode::None) return 1;
+  return std::max(o.tree.node_cap, o.tree.draft_len) + 2;
+}
+
+// Context tokens the request can ever hold: prompt + max_new_tokens, capped by its context limit.
+int context_need(const Request& r, int max_context) {
+  const int64_t need = int64_t(r.prompt.size()) + std::max(0, r.options.max_new_tokens);
+  return int(std::min<int64_t>(need, max_context));
+}
+
+}  // namespace
+
+Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
+    : target_(target), drafter_(drafter), config_(std::move(config)), runner_(std::make_unique<Runner>()) {
+  const ModelConfig& t = target_.config();
+  if (drafter_) {
+    const DrafterConfig& d = drafter_->config();
+    TS_CHECK(d.vocab_size == t.vocab_size, "drafter vocab_size ", d.vocab_size, " != target vocab_size ",
+             t.vocab_size);
+    TS_CHECK(d.target_hidden_size == t.hidden_size, "drafter target_hidden_size ", d.target_hidden_size,
+             " != target hidden_size ", t.hidden_size);
+    for (int32_t l : d.target_layer_ids)
+      TS_CHECK(l < t.num_layers, "drafter target_layer_ids has layer ", l, " but the target has ", t.num_layers);
+  }
+  TS_CHECK(config_.max_batch >= 1, "max_batch must be >= 1, got ", config_.max_batch);
+  TS_CHECK(config_.max_queue >= 0, "max_queue must be >= 0, got ", config_.max_queue);
+  TS_CHECK(config_.max_context >= 2, "max_context must be >= 2, got ", config_.max_context);
+  TS_CHECK(config_.prefill_chunk >= 1, "prefill_chunk must be >= 1, got ", config_.prefill_chunk);
+  TS_CHECK(config_.kv_budget_bytes >= 0, "kv_budget_bytes must be >= 0");
+  if (config_.cost_model) config_.cost_model->validate();
+  max_context_ = std::min(config_.max_context, t.max_position_embeddings);
+
+  // One token row: K and V of every target layer, plus the drafter's context row (f32, kv_cache.h).
+  KVCache probe = target_.new_cache(1);
+  kv_bytes_per_row_ = int64_t(probe.num_layers()) * probe.kv_dim() * 2 * int64_t(sizeof(float));
+  if (drafter_) {
+    DrafterState d = drafter_->new_state(1);
+    kv_bytes_per_row_ += int64_t(d.context.num_layers()) * d.context.kv_dim() * 2 * int64_t(sizeof(float));
+  }
+  int64_t budget_rows = config_.kv_budget_bytes / kv_bytes_per_row_;
+  if (config_.kv_budget_bytes == 0) budget_rows = int64_t(config_.max_batch) * (max_context_ + 66 + 16);
+  config_.kv_budget_bytes = budget_rows * kv_bytes_per_row_;
+
+  sched::SchedulerConfig& sc = sched_.config;
+  sc.max_batch = config_.max_batch;
+  sc.prefill_chunk = config_.prefill_chunk;
+  sc.kv_budget_rows = budget_rows;
+  sc.block_size = drafter_ ? drafter_->block_size() : 0;
+  sc.cost = config_.cost_model ? &*config_.cost_model : nullptr;
+  metrics_.kv_budget_bytes = config_.kv_budget_bytes;
+  metrics_.spec_decode_num_accepted_tokens_per_pos.assign(std::max(0, sc.block_size), 0);
+}
+
+Engine::~Engine() = default;
+
+void Engine::validate(const Request& r) const {
+  const RequestOptions& o = r.options;
+  auto bad = [](const std::string& m) { throw RequestRejected(RejectReason::BadParams, m); };
+  try {
+    validate_sampling_params(o.sampling);
+    if (o.mode != DecodeMode::None) spec::validate_tree_params(o.tree);
+  } catch (const RequestRejected&) {
+    throw;
+  } catch (const Error& e) {
+    bad(e.what());
+  }
+  if (r.prompt.empty()) bad("empty prompt");
+  if (o.max_new_tokens < 0) bad(cat("max_new_tokens must be >= 0, got ", o.max_new_tokens));
+  if (o.max_context < 2) bad(cat("max_context must be >= 2, got ", o.max_context));
+  if (o.mode != DecodeMode::None && !drafter_) bad("speculative decoding needs a drafter");
+  const int V = target_.config().vocab_size;
+  for (int32_t id : r.prompt)
+    if (id < 0 || id >= V) bad(cat("prompt token id ", id, " outside the vocabulary [0, ", V, ")"));
+  const int max_ctx = std::min(o.max_context, max_context_);
+  if (int(r.prompt.size()) >= max_ctx)
+    throw RequestRejected(RejectReason::OverContext, cat("prompt of ", r.prompt.size(),
+                                                         " tokens does not fit the context limit of ", max_ctx,
+                                                         " tokens"));
+  const int64_t rows = context_need(r, max_ctx) + tree_rows(o) + (drafter_ ? drafter_->block_size() : 0);
+  if (rows > sched_.config.kv_budget_rows)
+    throw RequestRejected(RejectReason::OverContext,
+                          cat("request needs ", rows * kv_bytes_per_row_, " bytes of KV memory; the budget is ",
+                              config_.kv_budget_bytes, " bytes"));
+}
+
+RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
+  validate(request);
+  if (int(sched_.seqs.size()) >= config_.max_batch + config_.max_queue)
+    throw RequestRejected(RejectReason::QueueFull,
+                          cat("queue full: ", sched_.seqs.size(), " requests in progress (max_batch ",
+                              config_.max_batch, " + max_queue ", config_.max_queue, ")"));
+  if (id == 0) id = next_id_;
+  TS_CHECK(!live_.count(id), "request id ", id, " is already in use");
+  next_id_ = std::max(next_id_, id + 1);
+
+  auto live = std::make_unique<Live>();
+  live->id = id;
+  live->on_event = std::move(on_event);
+  const RequestOptions& o = request.options;
+  live->max_context = std::min(o.max_context, max_context_);
+  live->speculative = o.mode != DecodeMode::None;
+  live->tree = o.tree;
+  if (o.mode == DecodeMode::Chain) {
+    live->tree.mode = spec::TreeMode::Chain;
+    live->tree.branch_cap = 1;
+  }
+  live->tree.temperature = o.sampling.temperature;
+  live->calibration = o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature);
+  live->reserve_rows = context_need(request, live->max_context) + tree_rows(o) +
+                       (live->speculative ? drafter_->block_size() : 0);
+  live->stats.prompt_tokens = int(request.prompt.size());
+  if (live->speculative) live->stats.accepted_at_depth.assign(drafter_->block_size() + 1, 0);
+  live->t_add_ms = now_ms();
+
+  sched::SeqView v;
+  v.id = id;
+  v.prompt_len = int(request.prompt.size());
+  v.max_context = live->max_context;
+  v.reserve_rows = live->reserve_rows;
+  v.mode = o.mode;
+  v.adaptive = o.adaptive && !o.tree.cost_model && config_.cost_model.has_value();
+  v.temperature = o.sampling.temperature;
+  v.theta_floor = o.tree.theta;
+  v.node_cap = o.mode == DecodeMode::Chain ? o.tree.draft_len : o.tree.node_cap;
+  sched_.seqs.push_back(v);
+  live->request = std::move(request);
+  live_[id] = std::move(live);
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  for (sched::SeqView& s : sched_.seqs)
+    if (s.id == id) s.cancelled = true;
+}
+
+void Engine::cancel_all() {
+  for (sched::SeqView& s : sched_.seqs) s.cancelled = true;
+}
+
+bool Engine::idle() const { return sched_.seqs.empty(); }
+
+int Engine::num_waiting() const {
+  int n = 0;
+  for (const sched::SeqView& s : sched_.seqs) n += s.phase == sched::Phase::Waiting;
+  return n;
+}
+
+int Engine::num_running() const { return int(sched_.seqs.size()) - num_waiting(); }
+
+void Engine::admit(Live& live) {
+  live.cache = target_.new_cache(live.reserve_rows);
+  if (live.speculative) live.drafter_state = drafter_->new_state(live.max_context);
+  live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
+  live.stats.queue_ms = now_ms() - live.t_add_ms;
+}
+
+void Engine::emit(Live& live, int32_t token) {
+  if (live.done()) return;
+  live.generated.push_back(token);
+  live.step_tokens.push_back(token);
+  const RequestOptions& o = live.request.options;
+  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), token) != o.stop_ids.end()) {
+    live.finish = FinishReason::Stop;
+  } else if (int(live.generated.size()) >= o.max_new_tokens) {
+    live.finish = FinishReason::Length;
+  }
+}
+
+void Engine::fail(Live& live, const std::string& message) {
+  if (live.done()) return;
+  live.finish = FinishReason::Error;
+  live.error = message;
+  live.cache.drop_pending();
+}
+
+void Engine::deliver(Live& live) {
+  const double t = now_ms();
+  if (!live.step_tokens.empty()) {
+    const int n = int(live.step_tokens.size());
+    if (live.generated.size() == live.step_tokens.size()) {  // the request's first tokens
+      live.stats.ttft_ms = t - live.t_add_ms;
+      metrics_.time_to_first_token.observe(live.stats.ttft_ms / 1000.0);
+      for (int i = 1; i < n; ++i) metrics_.inter_token_latency.observe(0);
+    } else {
+      for (int i = 0; i < n; ++i) metrics_.inter_token_latency.observe((t - live.t_last_tokens_ms) / 1000.0 / n);
+    }
+    live.t_last_tokens_ms = t;
+    metrics_.generation_tokens += n;
+  }
+  live.stats.generated_tokens = int(live.generated.size());
+  if (live.done()) live.stats.total_ms = t - live.t_add_ms;
+  if (!live.on_event || (live.step_tokens.empty() && !live.done())) {
+    live.step_tokens.clear();
+    return;
+  }
+  RequestEvent e;
+  e.id = live.id;
+  e.tokens.swap(live.step_tokens);
+  e.finish = live.finish;
+  e.error = live.error;
+  e.stats = &live.stats;
+  if (live.done() && live.request.options.collect_edges) e.edges = &live.edges;
+  try {
+    live.on_event(e);
+  } catch (const std::exception& ex) {
+    if (live.done()) return;  // the final event's exceptions are ignored
+    fail(live, cat("event callback failed: ", ex.what()));
+    RequestEvent last;
+    last.id = live.id;
+    last.finish = live.finish;
+    last.error = live.error;
+    last.stats = &live.stats;
+    try {
+      live.on_event(last);
+    } catch (...) {
+    }
+  }
+}
+
+StepReport Engine::step() {
+  const double t0 = now_ms();
+  StepReport report;
+  report.step = sched_.step;
+  const sched::Plan plan = sched::schedule(sched_);
+  double sched_ms = now_ms() - t0;
+
+  std::vector<sched::SeqOutcome> outcomes;
+  for (RequestId id : plan.evict) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    it->second->finish = FinishReason::Cancelled;
+    deliver(*it->second);
+  }
+  for (RequestId id : plan.admit) {
+    Live& live = *live_.at(id);
+    try {
+      admit(live);
+    } catch (const std::bad_alloc&) {
+      fail(live, "out of memory allocating the KV cache");
+    } catch (const std::exception& e) {
+      fail(live, e.what());
+    }
+  }
+  run(plan, report, outcomes);
+
+  const double t_update = now_ms();
+  for (sched::SeqOutcome& o : outcomes) {
+    Live& live = *live_.at(o.id);
+    deliver(live);  // a throwing callback may fail the request here
+    if (live.done()) o.finished = true;
+  }
+  sched::update(sched_, plan, outcomes);
+  for (RequestId id : plan.evict) {
+    if (live_.count(id)) ++metrics_.requests_finished[int(FinishReason::Cancelled)];
+    live_.erase(id);
+  }
+  for (const sched::SeqOutcome& o : outcomes) {
+    metrics_.prompt_tokens += o.prefilled;
+    if (!o.finished) continue;
+    auto it = live_.find(o.id);
+    if (it == live_.end()) continue;
+    ++metrics_.requests_finished[int(it->second->finish)];
+    live_.erase(it);
+  }
+  sched_ms += now_ms() - t_update;
+  report.schedule_ms = sched_ms;
+  report.step_ms = now_ms() - t0;
+  ++metrics_.steps;
+  metrics_.step_ms_total += report.step_ms;
+  metrics_.schedule_ms_total += sched_ms;
+  if (config_.on_step) config_.on_step(report);
+  return report;
+}
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m = metrics_;
+  m.num_requests_waiting = num_waiting();
+  m.num_requests_running = num_running();
+  int64_t used = 0;
+  for (const auto& [id, live] : live_) used += live->cache.length() + live->cache.pending();
+  const double budget = double(sched_.config.kv_budget_rows);
+  m.kv_cache_usage_perc = budget > 0 ? double(used) / budget : 0;
+  m.kv_reserved_perc = budget > 0 ? double(sched::reserved_rows(sched_)) / budget : 0;
+  return m;
+}
+
+}  // namespace ts

@@ -1,0 +1,122 @@
+// The step engine: many requests, each with its own sampling parameters, stop ids, max tokens, decode mode and
+// tree parameters, its own target KV cache and drafter state, decoded together.
+//
+// One step() = schedule (scheduler.h, a pure function) + one run + update:
+//   1. one batched drafter forward over every speculating request's block (Drafter::draft_blocks);
+//   2. tree growth per request (spec::expand), priced at the live batch by the load-adaptive theta;
+//   3. ONE target forward over the ragged concatenation of every request's rows: prefill chunks (causal) and
+//      [anchor + tree] (ancestor mask), each sequence seeing only its own cache;
+//   4. per request: verification (spec::verify), KV compaction of the accepted path, drafter context extension,
+//      token events.
+// A failure inside the batched forwards re-runs the step's requests one at a time, so an exception fails only the
+// request that raised it. The single-request Generator (generator.h) is a client of this class.
+//
+// KV memory is a budget: admission reserves each request's worst case (context limit + one round's tree rows, in
+// target + drafter bytes) so a burst of long prompts queues instead of running out of memory; usage is exposed.
+//
+// Not thread-safe: one thread calls add/cancel/step. async_engine.h wraps it for serving.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/drafter.h"
+#include "model/target_model.h"
+#include "spec/calibration_file.h"
+#include "spec/theta_policy.h"
+
+namespace ts {
+
+struct EngineConfig {
+  int max_batch = 8;           // requests admitted (prefilling or decoding) at once
+  int max_queue = 64;          // requests waiting beyond those: add/submit reject with QueueFull once
+                               // max_batch + max_queue requests are in progress (queued or running)
+  int max_context = 4096;      // prompt + generated tokens per request (clamped to the model's positions)
+  int prefill_chunk = 256;     // prompt tokens prefilled per step, over all requests
+  // KV memory all admitted requests may reserve together, bytes. 0 = enough for max_batch requests at max_context.
+  int64_t kv_budget_bytes = 0;
+  // The measured cost curve L(b, k) and drafter cost F(b) (theta_policy.h): enables the load-adaptive policy for
+  // requests with options.adaptive. Unset: every request uses its own fixed theta and always speculates.
+  std::optional<spec::CostModel> cost_model;
+  // Edge calibration per temperature (a request's options.calibration overrides it).
+  spec::CalibrationTable calibration;
+  // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping
+  // thread; for logs and plots of the policy.
+  std::function<void(const StepReport&)> on_step;
+};
+
+class Engine {
+ public:
+  // drafter may be null: then only DecodeMode::None requests are accepted. Checks that the pair matches.
+  Engine(TargetModel& target, Drafter* drafter, EngineConfig config = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const { return config_; }
+  int max_context() const { return max_context_; }  // after clamping to the model
+
+  // Throws RequestRejected (BadParams / OverContext) unless the request could ever run; reads only the config and
+  // the models' shapes, so it is safe to call from any thread while another steps.
+  void validate(const Request& request) const;
+
+  // Validates (as above), checks the queue (QueueFull when max_batch + max_queue requests are already in progress)
+  // and queues the request.
+  // id: 0 = the engine picks one; otherwise a fresh id chosen by the caller (AsyncEngine hands ids out itself).
+  // on_event may be null. Returns the id.
+  RequestId add(Request request, EventCallback on_event, RequestId id = 0);
+
+  // Ends the request at the start of the next step: its final event (Cancelled) is sent then, and its KV memory
+  // freed. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  void cancel_all();  // cancel() for every queued and running request
+
+  bool idle() const;          // nothing waiting or running
+  int num_waiting() const;
+  int num_running() const;
+
+  // One scheduler step and one run of its plan. Returns what it did (also passed to EngineConfig::on_step).
+  StepReport step();
+
+  EngineMetrics metrics() const;
+
+  // KV bytes one token row costs (target + drafter caches), and the budget in rows.
+  int64_t kv_bytes_per_row() const { return kv_bytes_per_row_; }
+
+ private:
+  struct Live;  // one request's models' state: caches, chooser, tree options, stats
+  class Runner;
+
+  struct Item;   // one request's work in a step (engine_run.cc)
+
+  void admit(Live& live);
+  // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.
+  void run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
+  void forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps);
+  void finish_item(Item& item, sched::SeqOutcome& outcome);
+  // Appends a generated token; ends the request on a stop id or max_new_tokens. No-op once done.
+  void emit(Live& live, int32_t token);
+  void fail(Live& live, const std::string& message);
+  // Sends the step's event (tokens and, when done, the finish); a throwing callback fails the request.
+  void deliver(Live& live);
+
+  TargetModel& target_;
+  Drafter* drafter_;
+  EngineConfig config_;
+  int max_context_ = 0;
+  int64_t kv_bytes_per_row_ = 0;
+  sched::SchedulerState sched_;
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
+  RequestId next_id_ = 1;
+  EngineMetrics metrics_;
+  std::unique_ptr<Runner> runner_;
+};
+
+}  // namespace ts

@@ -1,0 +1,48 @@
+// Internal to the engine (engine.cc, engine_run.cc): one request's live state and the runner's scratch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sampling/chooser.h"
+#include "spec/draft_tree.h"
+
+namespace ts {
+
+struct Engine::Live {
+  RequestId id = 0;
+  Request request;               // prompt and options as submitted
+  EventCallback on_event;
+  int max_context = 0;           // clamped context limit
+  int reserve_rows = 0;          // KV rows reserved at admission (the cache's max_tokens)
+  bool speculative = false;      // mode != None: keeps a drafter state fed with the target's taps
+  spec::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
+  spec::Calibration calibration;
+
+  // Allocated at admission.
+  KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back
+  DrafterState drafter_state;
+  std::unique_ptr<RandomChooser> chooser;
+
+  int32_t anchor = -1;           // newest token: emitted, not yet in the cache
+  std::vector<int32_t> generated;
+  std::vector<int32_t> step_tokens;  // tokens made final in the current step (sent as one event)
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  RequestStats stats;
+  std::vector<spec::EdgeRecord> edges;
+  double t_add_ms = 0;           // when add() queued it
+  double t_last_tokens_ms = 0;   // when its previous tokens became final (inter-token latency)
+  bool done() const { return finish != FinishReason::None; }
+};
+
+// Scratch of the runner, reused between steps.
+class Engine::Runner {
+ public:
+  std::vector<float> base_logits;  // [speculating requests, block_size, vocab]
+  std::vector<double> probs;       // [vocab] sampling scratch
+};
+
+}  // namespace ts

@@ -1,0 +1,332 @@
+// The model work of one engine step: one batched drafter forward, tree growth per request, ONE target forward over
+// the ragged concatenation of every request's rows, then verification, KV compaction and drafter context extension
+// per request. Any failure is confined to the request that raised it.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "core/timer.h"
+#include "engine/engine_live.h"
+#include "sampling/distribution.h"
+#include "spec/verify.h"
+
+namespace ts {
+
+struct Engine::Item {
+  enum Kind { Prefill, Plain, Spec };
+  Live* live = nullptr;
+  Kind kind = Plain;
+  sched::PrefillWork prefill;
+  sched::DecodeWork decode;
+  int anchor_pos = 0;               // Plain / Spec: the anchor's position (= committed rows)
+  spec::DraftTree tree;             // Spec
+  spec::DraftSource source;         // Spec: reads base_logits
+  const float* base_logits = nullptr;  // Spec: [block_size, vocab]
+  std::vector<int32_t> tokens, positions;  // [rows] of this request in the target forward
+  std::vector<uint8_t> visible;     // [rows, rows]; empty = causal
+  std::vector<int32_t> logit_rows;  // local rows whose logits are needed
+  // Where the forward left this request's outputs.
+  const ForwardResult* result = nullptr;
+  int result_rows = 0;              // rows of that forward
+  int row0 = 0;                     // first row of this request in it
+  int logit0 = 0;                   // first logits row of this request in it
+  double expand_ms = 0;
+  int rows() const { return int(tokens.size()); }
+};
+
+namespace {
+
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Chooser& chooser,
+                     std::vector<double>& probs) {
+  if (params.temperature == 0) return argmax(logits, vocab);
+  processed_distribution(logits, vocab, params, &probs);
+  return chooser.choose(probs.data(), vocab);
+}
+
+}  // namespace
+
+void Engine::forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps) {
+  ForwardBatch batch;
+  std::vector<KVCache*> caches;
+  bool any_mask = false;
+  int n = 0;
+  for (Item* it : items) {
+    n += it->rows();
+    any_mask |= !it->visible.empty();
+  }
+  if (any_mask) batch.visible.assign(size_t(n) * n, 0);  // [n, n]; only the per-sequence diagonal blocks are read
+  int row = 0;
+  for (size_t s = 0; s < items.size(); ++s) {
+    Item& it = *items[s];
+    it.row0 = row;
+    it.logit0 = int(batch.logit_rows.size());
+    const int r = it.rows();
+    batch.tokens.insert(batch.tokens.end(), it.tokens.begin(), it.tokens.end());
+    batch.positions.insert(batch.positions.end(), it.positions.begin(), it.positions.end());
+    batch.seq.insert(batch.seq.end(), r, int32_t(s));
+    for (int32_t l : it.logit_rows) batch.logit_rows.push_back(row + l);
+    if (any_mask)
+      for (int i = 0; i < r; ++i)
+        for (int j = 0; j < r; ++j)
+          batch.visible[size_t(row + i) * n + row + j] = it.visible.empty() ? uint8_t(j <= i) : it.visible[size_t(i) * r + j];
+    caches.push_back(&it.live->cache);
+    row += r;
+  }
+  if (want_taps) batch.hidden_layers = drafter_->config().target_layer_ids;
+  for (Item* it : items) {
+    it->result = &result;
+    it->result_rows = n;
+  }
+  target_.forward(batch, caches, &result);
+}
+
+void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
+  Live& live = *item.live;
+  const ForwardResult& fr = *item.result;
+  const int V = target_.config().vocab_size, H = target_.config().hidden_size;
+  const RequestOptions& o = live.request.options;
+  // The drafter's new context rows: the target's taps at the kept local rows.  taps: [rows, n_taps * H]
+  auto extend_drafter = [&](const std::vector<int32_t>& local_rows, const std::vector<int32_t>& positions) {
+    if (!live.speculative) return;
+    const int n_taps = int(drafter_->config().target_layer_ids.size());
+    std::vector<float> taps(local_rows.size() * size_t(n_taps) * H);
+    for (size_t i = 0; i < local_rows.size(); ++i)
+      for (int t = 0; t < n_taps; ++t)
+        std::memcpy(&taps[(i * n_taps + t) * H],
+                    &fr.hidden[(size_t(t) * item.result_rows + item.row0 + local_rows[i]) * H], sizeof(float) * H);
+    drafter_->extend_context(live.drafter_state, taps.data(), positions.data(), int(local_rows.size()));
+  };
+  ++live.stats.target_forwards;
+  if (item.kind == Item::Prefill) {
+    live.cache.commit_all();
+    std::vector<int32_t> rows(item.rows());
+    for (int i = 0; i < item.rows(); ++i) rows[i] = i;
+    extend_drafter(rows, item.positions);
+    outcome.prefilled = item.rows();
+    if (item.prefill.last) {
+      if (o.max_new_tokens == 0) {
+        live.finish = FinishReason::Length;
+      } else {
+        live.anchor = sample_token(&fr.logits[size_t(item.logit0) * V], V, o.sampling, *live.chooser,
+                                   runner_->probs);
+        emit(live, live.anchor);
+      }
+    }
+  } else if (item.kind == Item::Plain) {
+    live.cache.commit_all();
+    extend_drafter({0}, {item.anchor_pos});
+    outcome.committed = 1;
+    live.anchor = sample_token(&fr.logits[size_t(item.logit0) * V], V, o.sampling, *live.chooser, runner_->probs);
+    emit(live, live.anchor);
+  } else {
+    spec::VerifyResult vr =
+        spec::verify(item.tree, &fr.logits[size_t(item.logit0) * V], o.sampling, item.source, *live.chooser);
+    std::vector<int32_t> keep = {0};
+    keep.insert(keep.end(), vr.accepted_nodes.begin(), vr.accepted_nodes.end());
+    live.cache.commit(keep);
+    std::vector<int32_t> keep_positions;
+    for (int32_t node : keep) keep_positions.push_back(item.anchor_pos + item.tree.depth[node]);
+    extend_drafter(keep, keep_positions);
+    const int accepted = int(vr.accepted_nodes.size()), nodes = item.tree.size() - 1;
+    RequestStats& st = live.stats;
+    ++st.rounds;
+    st.tree_nodes += nodes;
+    st.tree_sizes.push_back(nodes);
+    st.accepted_draft_tokens += accepted;
+    st.accepted_at_depth[accepted] += 1;
+    ++metrics_.spec_decode_num_drafts;
+    metrics_.spec_decode_num_draft_tokens += nodes;
+    metrics_.spec_decode_num_accepted_tokens += accepted;
+    for (int p = 0; p < accepted && p < int(metrics_.spec_decode_num_accepted_tokens_per_pos.size()); ++p)
+      ++metrics_.spec_decode_num_accepted_tokens_per_pos[p];
+    if (o.collect_edges) live.edges.insert(live.edges.end(), vr.edges.begin(), vr.edges.end());
+    for (int32_t node : vr.accepted_nodes) emit(live, item.tree.token[node]);
+    emit(live, vr.bonus_token);
+    live.anchor = vr.bonus_token;
+    outcome.committed = int(keep.size());
+    outcome.speculated = true;
+    outcome.tokens_emitted = accepted + 1;
+    outcome.tree_nodes = nodes;
+  }
+  // The next anchor needs a position inside the context limit.
+  if (!live.done() && live.cache.length() + 1 > live.max_context) live.finish = FinishReason::Length;
+}
+
+void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes) {
+  const int V = target_.config().vocab_size;
+  const int B = drafter_ ? drafter_->block_size() : 0;
+  std::deque<Item> items;  // stable addresses
+  auto skip_if_done = [&](Live& live) {
+    if (!live.done()) return false;
+    outcomes.push_back({live.id});
+    outcomes.back().finished = true;
+    return true;
+  };
+  for (RequestId id : plan.admit) {  // admitted but failed at allocation, with or without a chunk this step
+    Live& live = *live_.at(id);
+    if (live.done() && std::none_of(plan.prefill.begin(), plan.prefill.end(), [&](auto& p) { return p.id == id; }))
+      skip_if_done(live);
+  }
+  for (const sched::PrefillWork& p : plan.prefill) {
+    Live& live = *live_.at(p.id);
+    if (skip_if_done(live)) continue;
+    Item& it = items.emplace_back();
+    it.live = &live;
+    it.kind = Item::Prefill;
+    it.prefill = p;
+    it.tokens.assign(live.request.prompt.begin() + p.start, live.request.prompt.begin() + p.start + p.len);
+    for (int i = 0; i < p.len; ++i) it.positions.push_back(p.start + i);
+    if (p.last) it.logit_rows = {p.len - 1};
+    report.prefill_tokens += p.len;
+    ++report.prefill_requests;
+  }
+  std::vector<Item*> spec_items;
+  for (const sched::DecodeWork& w : plan.decode) {
+    Live& live = *live_.at(w.id);
+    if (skip_if_done(live)) continue;
+    Item& it = items.emplace_back();
+    it.live = &live;
+    it.decode = w;
+    it.anchor_pos = live.cache.length();
+    it.kind = w.speculate && live.speculative ? Item::Spec : Item::Plain;
+    if (it.kind == Item::Spec) {
+      spec_items.push_back(&it);
+    } else {
+      it.tokens = {live.anchor};
+      it.positions = {it.anchor_pos};
+      it.logit_rows = {0};
+    }
+  }
+  report.batch = plan.batch;
+
+  // 1. One batched drafter forward for every speculating request.
+  double t = now_ms();
+  if (!spec_items.empty()) {
+    runner_->base_logits.resize(spec_items.size() * size_t(B) * V);  // [n, B, V]
+    std::vector<DrafterState*> states;
+    std::vector<int32_t> anchors, positions;
+    for (Item* it : spec_items) {
+      states.push_back(&it->live->drafter_state);
+      anchors.push_back(it->live->anchor);
+      positions.push_back(it->anchor_pos);
+    }
+    try {
+      drafter_->draft_blocks(states, anchors.data(), positions.data(), runner_->base_logits.data());
+    } catch (const std::exception&) {
+      for (size_t i = 0; i < spec_items.size(); ++i) {  // isolate the request that fails
+        try {
+          drafter_->draft_block(*states[i], anchors[i], positions[i], &runner_->base_logits[i * size_t(B) * V]);
+        } catch (const std::exception& e) {
+          fail(*spec_items[i]->live, e.what());
+        }
+      }
+    }
+  }
+  const double draft_ms = now_ms() - t;
+  report.draft_ms = draft_ms;
+
+  // 2. Tree growth per request.
+  for (size_t i = 0; i < spec_items.size(); ++i) {
+    Item& it = *spec_items[i];
+    Live& live = *it.live;
+    if (live.done()) continue;
+    const double t0 = now_ms();
+    try {
+      it.base_logits = &runner_->base_logits[i * size_t(B) * V];
+      const float* base = it.base_logits;
+      const Drafter* d = drafter_;
+      it.source.vocab = V;
+      it.source.block_size = B;
+      it.source.base_logits = [base, V](int depth, float* out) {
+        std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
+      };
+      it.source.conditional_logits = [base, V, d](int depth, int32_t parent, float* out) {
+        std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
+        d->add_markov_bias(parent, out);
+      };
+      spec::TreeParams params = live.tree;
+      if (!live.request.options.tree.cost_model) {
+        params.cost_model = it.decode.adaptive ? &*config_.cost_model : nullptr;
+        params.batch = it.decode.pricing_batch;
+      }
+      it.tree = spec::expand(it.source, live.anchor, params, live.calibration, *live.chooser);
+      it.tokens = it.tree.token;
+      for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);
+      it.visible = it.tree.ancestor_mask();
+      it.logit_rows.resize(it.tree.size());
+      for (int r = 0; r < it.tree.size(); ++r) it.logit_rows[r] = r;
+    } catch (const std::exception& e) {
+      fail(live, e.what());
+    }
+    it.expand_ms = now_ms() - t0;
+    report.expand_ms += it.expand_ms;
+  }
+
+  // 3. ONE target forward over every request's rows; on failure, each request alone.
+  t = now_ms();
+  std::vector<Item*> alive;
+  bool want_taps = false;
+  for (Item& it : items)
+    if (!it.live->done()) {
+      alive.push_back(&it);
+      want_taps |= it.live->speculative;
+    }
+  ForwardResult batched;
+  std::deque<ForwardResult> singles;
+  if (!alive.empty()) {
+    try {
+      forward_items(alive, batched, want_taps);
+    } catch (const std::exception& e) {
+      for (Item* it : alive) it->live->cache.drop_pending();
+      if (alive.size() == 1) {
+        fail(*alive[0]->live, e.what());
+      } else {
+        for (Item* it : alive) {
+          std::vector<Item*> one = {it};
+          try {
+            forward_items(one, singles.emplace_back(), it->live->speculative);
+          } catch (const std::exception& e2) {
+            it->live->cache.drop_pending();
+            fail(*it->live, e2.what());
+          }
+        }
+      }
+    }
+  }
+  const double forward_ms = now_ms() - t;
+  report.forward_ms = forward_ms;
+  for (Item* it : alive) report.forward_rows += it->rows();
+
+  // 4. Verification, KV compaction, drafter context, events per request.
+  t = now_ms();
+  for (Item& it : items) {
+    Live& live = *it.live;
+    sched::SeqOutcome& outcome = outcomes.emplace_back();
+    outcome.id = live.id;
+    const double t0 = now_ms();
+    if (!live.done()) {
+      try {
+        finish_item(it, outcome);
+      } catch (const std::exception& e) {
+        fail(live, e.what());
+      }
+    }
+    const double own_ms = now_ms() - t0;
+    RequestStats& st = live.stats;
+    if (it.kind == Item::Prefill) {
+      st.prefill_ms += forward_ms + own_ms;
+    } else if (it.kind == Item::Spec) {
+      st.draft_ms += draft_ms + it.expand_ms;
+      st.expand_ms += it.expand_ms;
+      st.verify_ms += forward_ms + own_ms;
+      report.decisions.push_back({live.id, true, it.decode.theta, it.tree.size() > 0 ? it.tree.size() - 1 : 0,
+                                  outcome.speculated ? outcome.tokens_emitted - 1 : 0});
+    } else {
+      report.decisions.push_back({live.id, false, it.decode.theta, 0, 0});
+    }
+    if (live.done()) outcome.finished = true;
+  }
+  report.verify_ms = now_ms() - t;
+}
+
+}  // namespace ts

@@ -1,0 +1,56 @@
+#include "engine/metrics.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ts {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "";
+}
+
+const char* reject_reason_name(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::None: return "";
+    case RejectReason::BadParams: return "bad_params";
+    case RejectReason::OverContext: return "over_context";
+    case RejectReason::QueueFull: return "queue_full";
+    case RejectReason::Draining: return "draining";
+  }
+  return "";
+}
+
+Histogram Histogram::with_bounds(std::vector<double> bounds) {
+  for (size_t i = 1; i < bounds.size(); ++i)
+    TS_CHECK(bounds[i] > bounds[i - 1], "histogram bounds must increase");
+  Histogram h;
+  h.counts.assign(bounds.size() + 1, 0);
+  h.bounds = std::move(bounds);
+  return h;
+}
+
+void Histogram::observe(double seconds) {
+  const size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();  // first >= x
+  ++counts[bucket];
+  sum += seconds;
+  ++count;
+}
+
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+          80.0, 160.0, 640.0, 2560.0};
+}
+
+std::vector<double> inter_token_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+
+}  // namespace ts

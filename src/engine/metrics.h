@@ -1,0 +1,76 @@
+// What the engine exposes about itself: a metrics snapshot (gauges, monotonic counters, latency histograms) named
+// after vLLM's metrics so the server can print them as Prometheus text under vLLM's names, and the per-step
+// decision of the load-adaptive policy (batch, theta, tree sizes) for logs and plots. No transport code here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace ts {
+
+// A histogram with fixed upper bounds (seconds). counts[i] = observations <= bounds[i] and > bounds[i - 1];
+// counts[bounds.size()] = observations above the last bound (Prometheus' +Inf bucket holds count).
+struct Histogram {
+  std::vector<double> bounds;   // [nb] strictly increasing
+  std::vector<int64_t> counts;  // [nb + 1], NOT cumulative (the server accumulates for Prometheus' le buckets)
+  double sum = 0;               // sum of observations, seconds
+  int64_t count = 0;
+
+  static Histogram with_bounds(std::vector<double> bounds);
+  void observe(double seconds);
+};
+
+// vLLM's bucket bounds for time_to_first_token_seconds and inter_token_latency_seconds.
+std::vector<double> ttft_buckets();
+std::vector<double> inter_token_buckets();
+
+struct EngineMetrics {
+  // Gauges.
+  int num_requests_running = 0;   // admitted: prefilling or decoding (vLLM num_requests_running)
+  int num_requests_waiting = 0;   // queued, not yet admitted (vLLM num_requests_waiting)
+  double kv_cache_usage_perc = 0; // KV rows in use (committed + pending) / KV budget rows, in [0, 1]
+  double kv_reserved_perc = 0;    // KV rows reserved by admitted requests / budget (what admission checks)
+  int64_t kv_budget_bytes = 0;
+
+  // Counters since start.
+  int64_t prompt_tokens = 0;      // prompt tokens prefilled (vLLM prompt_tokens_total)
+  int64_t generation_tokens = 0;  // tokens emitted (vLLM generation_tokens_total)
+  int64_t requests_finished[5] = {0, 0, 0, 0, 0};  // indexed by FinishReason
+  int64_t spec_decode_num_drafts = 0;           // speculative rounds
+  int64_t spec_decode_num_draft_tokens = 0;     // draft nodes verified (tree nodes, root excluded)
+  int64_t spec_decode_num_accepted_tokens = 0;  // draft tokens accepted
+  // [block_size]: position p (0-based) counts rounds whose accepted path reached depth p + 1 (vLLM's
+  // spec_decode_num_accepted_tokens_per_pos{position=p}).
+  std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;
+  int64_t steps = 0;
+  double step_ms_total = 0;       // wall time inside Engine::step()
+  double schedule_ms_total = 0;   // of which the scheduler's own work (schedule + update + bookkeeping)
+
+  Histogram time_to_first_token = Histogram::with_bounds(ttft_buckets());   // seconds, from add()
+  // Seconds per output token after the first: a step that makes n tokens of a request final adds n observations
+  // of (time since that request's previous tokens) / n.
+  Histogram inter_token_latency = Histogram::with_bounds(inter_token_buckets());
+};
+
+// The load-adaptive policy's decision for one request in one step (theta_policy.h explains the price).
+struct RoundDecision {
+  RequestId id = 0;
+  bool speculate = false;   // false: plain decoding this step (mode None, no room, or the policy switched it off)
+  double theta = 0;         // threshold of the tree's first node: max(theta floor, adaptive price at this batch)
+  int tree_size = 0;        // draft nodes grown (root excluded), 0 when not speculating
+  int accepted = 0;         // draft tokens accepted
+};
+
+struct StepReport {
+  int64_t step = 0;
+  int batch = 0;             // requests decoding in this step (the b the policy priced with)
+  int prefill_requests = 0;  // requests with a prefill chunk in this step
+  int prefill_tokens = 0;
+  int forward_rows = 0;      // rows of the one target forward
+  double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
+  std::vector<RoundDecision> decisions;  // one per decoding request
+};
+
+}  // namespace ts

@@ -1,0 +1,110 @@
+// What a client hands the engine (a Request with its own options) and what it gets back (events carrying final
+// tokens, a finish reason and the request's statistics). Shared by the step engine (engine.h), its thread-safe
+// wrapper (async_engine.h), the single-request Generator (generator.h) and the server.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "sampling/sampling_params.h"
+#include "spec/calibration.h"
+#include "spec/expand.h"
+
+namespace ts {
+
+enum class DecodeMode { None, Chain, Tree };
+
+using RequestId = uint64_t;  // 0 is never a valid id
+
+// Per-request options. (GenerateOptions in generator.h is this struct.)
+struct RequestOptions {
+  SamplingParams sampling;          // temperature, top_k, top_p, min_p, seed (each request has its own chooser)
+  int max_new_tokens = 64;          // >= 0
+  int max_context = 1 << 30;        // prompt + generated tokens; clamped to EngineConfig::max_context and the
+                                    // model's max_position_embeddings
+  std::vector<int32_t> stop_ids;    // generation ends after emitting one of these (the stop token is emitted)
+  DecodeMode mode = DecodeMode::Tree;
+  // Expansion parameters: priority (tree.mode), theta floor, node_cap, branch_cap, draft_len (Chain).
+  // tree.temperature is overwritten with sampling.temperature.
+  // tree.cost_model / tree.batch: when the caller sets cost_model, nodes are priced at that fixed batch (what
+  // `generate --adaptive-theta --load-batch B` simulates) and the engine's own policy is not applied to this
+  // request. The pointee must outlive the request.
+  spec::TreeParams tree;
+  // With tree.cost_model null and EngineConfig::cost_model set: the load-adaptive policy prices this request's
+  // nodes at the live batch each round and may switch its speculation off (theta_policy.h). false: fixed theta.
+  bool adaptive = true;
+  bool collect_edges = false;       // keep verification edge records (calibration); delivered with the last event
+  // The edge calibration for this request's trees; default: EngineConfig::calibration at sampling.temperature.
+  std::optional<spec::Calibration> calibration;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, vocab)
+  RequestOptions options;
+};
+
+// Statistics of one request. Times are wall-clock ms as this request saw them: a phase shared by a batched step
+// (the drafter forward, the target forward) counts fully for every request in it.
+struct RequestStats {
+  int prompt_tokens = 0;
+  int rounds = 0;                   // speculative rounds (a round = one draft + one verify)
+  int target_forwards = 0;          // steps this request took part in (prefill chunks included)
+  int generated_tokens = 0;
+  int accepted_draft_tokens = 0;    // llama.cpp's draft_n_accepted
+  long tree_nodes = 0;              // draft nodes over all rounds, root excluded (llama.cpp's draft_n)
+  double queue_ms = 0;              // from add() to admission
+  double ttft_ms = 0;               // from add() to the first generated token
+  double prefill_ms = 0, draft_ms = 0, expand_ms = 0, verify_ms = 0, total_ms = 0;
+  std::vector<long> accepted_at_depth;  // [block_size + 1]: rounds whose accepted path had exactly d draft tokens
+  std::vector<int> tree_sizes;          // [rounds]: nodes (root excluded) of each round's tree
+
+  long draft_n() const { return tree_nodes; }
+  long draft_n_accepted() const { return accepted_draft_tokens; }
+  double tokens_per_round() const { return rounds ? double(accepted_draft_tokens + rounds) / rounds : 0; }
+  double mean_tree_size() const { return rounds ? double(tree_nodes) / rounds : 0; }
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+// "stop", "length", "cancelled", "error" ("" for None).
+const char* finish_reason_name(FinishReason reason);
+
+// One event per step in which the request produced tokens or ended. The final event (finish != None) comes exactly
+// once; after it the request is gone and its KV memory is free.
+struct RequestEvent {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;      // tokens that became final in this step, in order (may be empty)
+  FinishReason finish = FinishReason::None;
+  std::string error;                // finish == Error: what went wrong
+  const RequestStats* stats = nullptr;                  // valid during the callback only
+  const std::vector<spec::EdgeRecord>* edges = nullptr; // final event with collect_edges; valid during the callback
+};
+// Called on the thread that runs Engine::step() (the AsyncEngine's loop thread). It must not block for long and
+// must not call back into the Engine (AsyncEngine::submit/cancel are fine). A callback that throws fails only its
+// own request: its state is freed and the callback gets one last event (finish Error, with the exception's
+// message), whose own exceptions are ignored.
+using EventCallback = std::function<void(const RequestEvent&)>;
+
+enum class RejectReason {
+  None,
+  BadParams,    // out-of-range sampling/tree parameters, bad token ids, empty prompt, mode needs a drafter
+  OverContext,  // the prompt does not fit the context limit (or one request's KV alone exceeds the KV budget)
+  QueueFull,    // more than EngineConfig::max_queue requests waiting
+  Draining,     // AsyncEngine::drain() was called: no new requests
+};
+const char* reject_reason_name(RejectReason reason);  // "bad_params", "over_context", "queue_full", "draining"
+
+// Thrown by Engine::add for a request it will not take; what() says why in words a client can read.
+class RequestRejected : public Error {
+ public:
+  RequestRejected(RejectReason reason, const std::string& message) : Error(message), reason_(reason) {}
+  RejectReason reason() const { return reason_; }
+
+ private:
+  RejectReason reason_;
+};
+
+}  // namespace ts

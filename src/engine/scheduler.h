@@ -1,0 +1,114 @@
+// The scheduler: a pure step function over a plain-data view of the requests (vLLM's schedule/update split).
+//
+//   Plan plan = schedule(state);          // reads state only
+//   ... the runner executes plan on the models ...
+//   update(state, plan, outcomes);        // applies what happened
+//
+// Each step, schedule():
+//   1. evicts cancelled requests (their KV reservation is released by update());
+//   2. admits waiting requests first come, first served while fewer than max_batch are admitted AND the request's
+//      KV reservation fits the free KV budget; the first one that does not fit stops admission (a burst of long
+//      prompts queues in order instead of exhausting memory);
+//   3. gives every decoding request one decode entry (b = their count is the live batch);
+//   4. hands out at most prefill_chunk prompt tokens, in admission order, to requests still prefilling, so a long
+//      prompt is cut into chunks and never stalls the decoding requests for more than one chunk's cost;
+//   5. prices each decoding request's tree for this step (theta_policy.h): with a cost model and an adaptive
+//      request, theta = max(theta floor, the price of the first node at batch b), and speculation is switched off
+//      when its expected tokens per ms, E / (L(b, k) + F(b)), fall below plain decoding's 1 / L(b, 1), with E and
+//      k the request's measured tokens per round and tree size (a prior per temperature class until measured).
+// Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+#include "spec/theta_policy.h"
+
+namespace ts::sched {
+
+enum class Phase : uint8_t { Waiting, Prefill, Decode };
+
+// The scheduler's view of one request.
+struct SeqView {
+  RequestId id = 0;
+  Phase phase = Phase::Waiting;
+  bool cancelled = false;
+  int prompt_len = 0;        // tokens
+  int prefilled = 0;         // prompt tokens already in the KV cache
+  int context_len = 0;       // committed KV rows: prefilled prompt tokens + generated tokens fed back
+  int max_context = 0;       // this request's context limit (prompt + generated), clamped by the engine
+  int reserve_rows = 0;      // KV rows it may hold at once (context + one round's pending tree); reserved at admission
+  // Decode policy inputs.
+  DecodeMode mode = DecodeMode::None;
+  bool adaptive = false;     // load-adaptive policy applies (engine cost model, request did not fix its pricing)
+  float temperature = 0;
+  double theta_floor = 0;    // the request's own theta (Tree mode)
+  int node_cap = 0;          // max draft nodes per round (Chain: draft_len)
+  // Measured while speculating (exponential moving averages over rounds); 0 = not measured yet.
+  double tokens_per_round = 0;  // tokens emitted per round (accepted + bonus)
+  double nodes_per_round = 0;   // draft nodes per round
+};
+
+struct SchedulerConfig {
+  int max_batch = 8;             // admitted requests (prefilling + decoding) at once, >= 1
+  int prefill_chunk = 256;       // prompt tokens per step over all prefilling requests, >= 1
+  int64_t kv_budget_rows = 0;    // KV rows all admitted requests may reserve together, >= 1
+  int block_size = 0;            // the drafter's block size (0: no drafter, nothing speculates)
+  const spec::CostModel* cost = nullptr;  // the measured L(b, k) and F(b); null: no adaptive policy
+  // Tokens per round assumed before a request has been measured: [0] greedy, [1] sampled.
+  double prior_tokens_per_round[2] = {2.5, 2.0};
+  double ema_weight = 0.2;       // weight of the newest round in the moving averages
+};
+
+struct SchedulerState {
+  SchedulerConfig config;
+  std::vector<SeqView> seqs;     // arrival order; update() removes finished and evicted requests
+  int64_t step = 0;
+};
+
+// KV rows reserved by admitted (Prefill / Decode) requests.
+int64_t reserved_rows(const SchedulerState& state);
+
+struct PrefillWork {
+  RequestId id = 0;
+  int start = 0;        // first prompt token of the chunk (= tokens already prefilled)
+  int len = 0;          // tokens in the chunk, >= 1
+  bool last = false;    // the chunk completes the prompt: its last row's logits give the first generated token
+};
+
+struct DecodeWork {
+  RequestId id = 0;
+  bool speculate = false;   // draft + verify this step; false: one plain token
+  int pricing_batch = 1;    // the batch the adaptive theta prices nodes at (the live batch b)
+  bool adaptive = false;    // expansion prices nodes with the engine's cost model at pricing_batch
+  double theta = 0;         // the first node's threshold (logged; expansion recomputes it per node)
+};
+
+struct Plan {
+  int64_t step = 0;
+  std::vector<RequestId> evict;       // cancelled requests: free their state now
+  std::vector<RequestId> admit;       // Waiting -> Prefill in this step
+  std::vector<PrefillWork> prefill;   // admission order
+  std::vector<DecodeWork> decode;     // arrival order
+  int batch = 0;                      // decode.size()
+};
+
+Plan schedule(const SchedulerState& state);
+
+// What the runner reports for one request of the plan.
+struct SeqOutcome {
+  RequestId id = 0;
+  int prefilled = 0;        // prompt tokens added to the cache (the chunk's length)
+  int committed = 0;        // generated tokens whose KV rows were committed this step
+  bool speculated = false;  // a round ran: tokens_emitted and tree_nodes update the moving averages
+  int tokens_emitted = 0;   // tokens made final this step
+  int tree_nodes = 0;       // draft nodes of this step's tree (root excluded)
+  bool finished = false;    // stop, length, error: the request leaves and its reservation is freed
+};
+
+// Applies the plan and its outcomes: admitted requests become Prefill, finished prefills Decode, evicted and finished
+// requests are removed (their KV reservation with them), counters and moving averages move.
+void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcome>& outcomes);
+
+}  // namespace ts::sched

@@ -1,0 +1,319 @@
+// The scheduler as a pure function, driven by a fake model: admission (batch limit, KV budget, first come first
+// served), chunked prefill that never stalls decoding, tree budgets by load, finishing, cancellation, and KV
+// accounting that returns to zero.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/scheduler.h"
+#include "spec/theta_policy.h"
+
+namespace ts::sched {
+namespace {
+
+// A fake model: prefill chunks are consumed as planned; a decode step emits 1 token, a speculative round
+// 1 + accepted tokens, where accepted cycles 0, 1, 2, 3 per request; a request ends after max_new tokens.
+struct FakeModel {
+  std::map<RequestId, int> max_new, generated;
+  int rounds = 0;
+
+  std::vector<SeqOutcome> run(const SchedulerState& state, const Plan& plan) {
+    std::vector<SeqOutcome> out;
+    for (const PrefillWork& p : plan.prefill) {
+      SeqOutcome o;
+      o.id = p.id;
+      o.prefilled = p.len;
+      if (p.last) o.tokens_emitted = 1, generated[p.id] += 1;  // the first token comes from the prefill logits
+      o.finished = generated[p.id] >= max_new[p.id];
+      out.push_back(o);
+    }
+    for (const DecodeWork& d : plan.decode) {
+      SeqOutcome o;
+      o.id = d.id;
+      if (d.speculate) {
+        const int accepted = rounds++ % 4;
+        o.speculated = true;
+        o.tree_nodes = 6;
+        o.tokens_emitted = 1 + accepted;
+        o.committed = 1 + accepted;
+      } else {
+        o.tokens_emitted = 1;
+        o.committed = 1;
+      }
+      generated[d.id] += o.tokens_emitted;
+      o.finished = generated[d.id] >= max_new[d.id];
+      out.push_back(o);
+    }
+    return out;
+  }
+};
+
+SeqView seq(RequestId id, int prompt, int reserve, DecodeMode mode = DecodeMode::Tree) {
+  SeqView s;
+  s.id = id;
+  s.prompt_len = prompt;
+  s.max_context = 1000;
+  s.reserve_rows = reserve;
+  s.mode = mode;
+  s.theta_floor = 0.05;
+  s.node_cap = 16;
+  return s;
+}
+
+SchedulerState make_state(int max_batch, int chunk, int64_t budget) {
+  SchedulerState st;
+  st.config.max_batch = max_batch;
+  st.config.prefill_chunk = chunk;
+  st.config.kv_budget_rows = budget;
+  st.config.block_size = 8;
+  return st;
+}
+
+bool contains(const std::vector<RequestId>& v, RequestId id) { return std::find(v.begin(), v.end(), id) != v.end(); }
+
+TEST(Scheduler, AdmitsUpToTheBatchLimitInArrivalOrder) {
+  SchedulerState st = make_state(/*max_batch=*/2, 64, 100000);
+  FakeModel fake;
+  for (RequestId id = 1; id <= 5; ++id) {
+    st.seqs.push_back(seq(id, 4, 100));
+    fake.max_new[id] = 3 + int(id);
+  }
+  Plan p = schedule(st);
+  EXPECT_EQ(p.admit, (std::vector<RequestId>{1, 2}));
+  std::vector<RequestId> admission_order;
+  for (int step = 0; step < 200 && !st.seqs.empty(); ++step) {
+    p = schedule(st);
+    admission_order.insert(admission_order.end(), p.admit.begin(), p.admit.end());
+    int admitted = 0;
+    for (const SeqView& s : st.seqs) admitted += s.phase != Phase::Waiting;
+    EXPECT_LE(admitted + int(p.admit.size()), 2) << "step " << step;
+    update(st, p, fake.run(st, p));
+  }
+  EXPECT_TRUE(st.seqs.empty());
+  EXPECT_EQ(admission_order, (std::vector<RequestId>{1, 2, 3, 4, 5}));
+  for (RequestId id = 1; id <= 5; ++id) EXPECT_GE(fake.generated[id], fake.max_new[id]);
+}
+
+TEST(Scheduler, KvBudgetQueuesABurstOfLongPromptsInOrder) {
+  // Budget 1000 rows; long requests reserve 600, short ones 100. A short one behind a long one does not overtake.
+  SchedulerState st = make_state(/*max_batch=*/8, 4096, 1000);
+  FakeModel fake;
+  const std::vector<int> reserves = {600, 600, 100, 600};
+  for (RequestId id = 1; id <= 4; ++id) {
+    st.seqs.push_back(seq(id, 10, reserves[id - 1]));
+    fake.max_new[id] = 5;
+  }
+  Plan p = schedule(st);
+  EXPECT_EQ(p.admit, (std::vector<RequestId>{1}));  // 2 does not fit next to 1, and 3 must not overtake 2
+  std::vector<RequestId> order;
+  int64_t peak = 0;
+  for (int step = 0; step < 200 && !st.seqs.empty(); ++step) {
+    p = schedule(st);
+    order.insert(order.end(), p.admit.begin(), p.admit.end());
+    update(st, p, fake.run(st, p));
+    peak = std::max(peak, reserved_rows(st));
+    EXPECT_LE(reserved_rows(st), st.config.kv_budget_rows);
+  }
+  EXPECT_EQ(order, (std::vector<RequestId>{1, 2, 3, 4}));
+  EXPECT_EQ(peak, 700);  // 2 and 3 ran together (600 + 100), never two long ones
+  EXPECT_EQ(reserved_rows(st), 0);
+}
+
+TEST(Scheduler, ChunkedPrefillNeverStallsDecoding) {
+  SchedulerState st = make_state(4, /*chunk=*/16, 100000);
+  FakeModel fake;
+  st.seqs.push_back(seq(1, 5, 100));
+  fake.max_new[1] = 1000;
+  // Let request 1 start decoding.
+  for (int i = 0; i < 2; ++i) {
+    Plan p = schedule(st);
+    update(st, p, fake.run(st, p));
+  }
+  ASSERT_EQ(st.seqs[0].phase, Phase::Decode);
+  st.seqs.push_back(seq(2, 50, 200, DecodeMode::None));
+  fake.max_new[2] = 1000;
+  std::vector<int> chunks;
+  while (true) {
+    Plan p = schedule(st);
+    ASSERT_EQ(p.decode.size(), st.seqs[1].phase == Phase::Decode ? 2u : 1u);
+    EXPECT_EQ(p.decode[0].id, 1u) << "the decoding request runs in every step of the long prefill";
+    int total = 0;
+    for (const PrefillWork& w : p.prefill) {
+      EXPECT_EQ(w.id, 2u);
+      chunks.push_back(w.len);
+      total += w.len;
+      EXPECT_EQ(w.last, w.start + w.len == 50);
+    }
+    EXPECT_LE(total, 16);
+    const bool done = st.seqs[1].phase == Phase::Decode;
+    update(st, p, fake.run(st, p));
+    if (done) break;
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{16, 16, 16, 2}));
+  EXPECT_EQ(st.seqs[1].context_len, 50 + 1);  // the prompt plus the first anchor committed by one decode step
+}
+
+TEST(Scheduler, CancellationEvictsAndReleasesTheReservation) {
+  SchedulerState st = make_state(2, 64, 100000);
+  FakeModel fake;
+  for (RequestId id = 1; id <= 3; ++id) {
+    st.seqs.push_back(seq(id, 4, 100));
+    fake.max_new[id] = 1000;
+  }
+  Plan p = schedule(st);
+  update(st, p, fake.run(st, p));
+  EXPECT_EQ(reserved_rows(st), 200);
+  st.seqs[0].cancelled = true;  // running
+  st.seqs[2].cancelled = true;  // waiting
+  p = schedule(st);
+  EXPECT_TRUE(contains(p.evict, 1));
+  EXPECT_TRUE(contains(p.evict, 3));
+  for (const DecodeWork& d : p.decode) EXPECT_NE(d.id, 1u);
+  EXPECT_TRUE(p.admit.empty());  // 3 was cancelled while waiting, nothing else waits
+  update(st, p, fake.run(st, p));
+  ASSERT_EQ(st.seqs.size(), 1u);
+  EXPECT_EQ(st.seqs[0].id, 2u);
+  EXPECT_EQ(reserved_rows(st), 100);
+  st.seqs[0].cancelled = true;
+  p = schedule(st);
+  update(st, p, fake.run(st, p));
+  EXPECT_TRUE(st.seqs.empty());
+  EXPECT_EQ(reserved_rows(st), 0);
+}
+
+TEST(Scheduler, NoSpeculationWithoutRoomForABlockOrWithoutADrafter) {
+  SchedulerState st = make_state(2, 64, 100000);
+  FakeModel fake;
+  SeqView s = seq(1, 4, 100);
+  s.max_context = 4 + 8 + 3;  // after the prompt, room for a few rounds only
+  st.seqs.push_back(s);
+  st.seqs.push_back(seq(2, 4, 100, DecodeMode::None));
+  fake.max_new[1] = fake.max_new[2] = 1000;
+  Plan p = schedule(st);
+  update(st, p, fake.run(st, p));
+  for (int step = 0; step < 6; ++step) {
+    p = schedule(st);
+    for (const DecodeWork& d : p.decode) {
+      const SeqView& v = *std::find_if(st.seqs.begin(), st.seqs.end(), [&](auto& x) { return x.id == d.id; });
+      EXPECT_EQ(d.speculate, v.mode != DecodeMode::None && v.context_len + 8 + 1 <= v.max_context);
+    }
+    update(st, p, fake.run(st, p));
+  }
+  st.config.block_size = 0;  // no drafter
+  p = schedule(st);
+  for (const DecodeWork& d : p.decode) EXPECT_FALSE(d.speculate);
+}
+
+// L(b, k): a memory-bound forward (flat in k) at b = 1, turning compute-bound (proportional to b * k) as b grows.
+spec::CostModel serving_curve() {
+  spec::CostModel c;
+  c.batches = {1, 4, 16, 64};
+  c.tokens = {1, 2, 4, 8, 16, 32};
+  for (int b : c.batches)
+    for (int k : c.tokens) c.ms.push_back(10.0 + 0.02 * b * k * b / 4.0 + 0.05 * b * k);
+  c.fixed_ms_by_batch = {1.0, 1.5, 3.0, 9.0};  // the drafter's batched forward
+  c.validate();
+  return c;
+}
+
+TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
+  const spec::CostModel curve = serving_curve();
+  double previous_theta = -1;
+  bool switched_off = false, on_at_one = false;
+  for (int b : {1, 2, 4, 8, 16, 32, 64}) {
+    SchedulerState st = make_state(/*max_batch=*/64, 64, 1 << 30);
+    st.config.cost = &curve;
+    for (int i = 0; i < b; ++i) {
+      SeqView s = seq(RequestId(i + 1), 4, 100);
+      s.phase = Phase::Decode;
+      s.prefilled = s.context_len = 4;
+      s.adaptive = true;
+      s.theta_floor = 0.0;
+      s.tokens_per_round = 2.2;
+      s.nodes_per_round = 6;
+      st.seqs.push_back(s);
+    }
+    Plan p = schedule(st);
+    ASSERT_EQ(p.batch, b);
+    for (const DecodeWork& d : p.decode) {
+      EXPECT_EQ(d.pricing_batch, b);
+      EXPECT_TRUE(d.adaptive);
+      EXPECT_EQ(d.speculate, spec::speculation_pays(curve, b, 7, 2.2));
+      EXPECT_NEAR(d.theta, spec::adaptive_theta(curve, b, 1, 1.0), 1e-12);
+    }
+    EXPECT_GE(p.decode[0].theta, previous_theta) << "theta must not fall as the load grows (b = " << b << ")";
+    previous_theta = p.decode[0].theta;
+    if (b == 1) on_at_one = p.decode[0].speculate;
+    if (!p.decode[0].speculate) switched_off = true;
+    if (switched_off) EXPECT_FALSE(p.decode[0].speculate) << "once off it stays off at higher load (b = " << b << ")";
+  }
+  EXPECT_TRUE(on_at_one);
+  EXPECT_TRUE(switched_off);
+  EXPECT_GT(previous_theta, 0.3);
+}
+
+TEST(Scheduler, SampledRequestsWithFewerTokensPerRoundStopSpeculatingFirst) {
+  const spec::CostModel curve = serving_curve();
+  // The break-even batch of a request emitting 2.6 tokens per round is higher than one emitting 1.4.
+  auto off_batch = [&](double tokens_per_round, float temperature) {
+    for (int b = 1; b <= 64; ++b) {
+      SchedulerState st = make_state(64, 64, 1 << 30);
+      st.config.cost = &curve;
+      for (int i = 0; i < b; ++i) {
+        SeqView s = seq(RequestId(i + 1), 4, 100);
+        s.phase = Phase::Decode;
+        s.prefilled = s.context_len = 4;
+        s.adaptive = true;
+        s.temperature = temperature;
+        s.tokens_per_round = tokens_per_round;
+        st.seqs.push_back(s);
+      }
+      if (!schedule(st).decode[0].speculate) return b;
+    }
+    return 65;
+  };
+  EXPECT_LT(off_batch(1.4, 1.0f), off_batch(2.6, 0.0f));
+  // Before a measurement the prior per temperature class decides: sampled requests assume fewer tokens.
+  EXPECT_LE(off_batch(0, 1.0f), off_batch(0, 0.0f));
+}
+
+TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
+  SchedulerState st = make_state(1, 64, 100000);
+  SeqView s = seq(1, 4, 100);
+  s.phase = Phase::Decode;
+  s.prefilled = s.context_len = 4;
+  st.seqs.push_back(s);
+  for (int i = 0; i < 50; ++i) {
+    Plan p = schedule(st);
+    SeqOutcome o;
+    o.id = 1;
+    o.speculated = true;
+    o.tokens_emitted = 3;
+    o.committed = 3;
+    o.tree_nodes = 10;
+    update(st, p, {o});
+  }
+  EXPECT_NEAR(st.seqs[0].tokens_per_round, 3.0, 1e-9);
+  EXPECT_NEAR(st.seqs[0].nodes_per_round, 10.0, 1e-9);
+  EXPECT_EQ(st.seqs[0].context_len, 4 + 50 * 3);
+}
+
+TEST(CostModelPolicy, DrafterCostPerBatchIsInterpolatedAndPriced) {
+  spec::CostModel c = serving_curve();
+  EXPECT_DOUBLE_EQ(c.fixed_cost_ms(1), 1.0);
+  EXPECT_DOUBLE_EQ(c.fixed_cost_ms(10), 1.5 + (3.0 - 1.5) * 6 / 12);
+  EXPECT_DOUBLE_EQ(c.fixed_cost_ms(100), 9.0);
+  // A dearer drafter lowers the node price (the round's fixed cost dilutes it) but makes speculation pay less.
+  spec::CostModel dear = c;
+  for (double& f : dear.fixed_ms_by_batch) f *= 10;
+  EXPECT_LT(spec::adaptive_theta(dear, 16, 3, 2.0), spec::adaptive_theta(c, 16, 3, 2.0));
+  EXPECT_TRUE(spec::speculation_pays(c, 1, 8, 2.0));
+  EXPECT_FALSE(spec::speculation_pays(dear, 1, 8, 1.5));
+  spec::CostModel wrong = c;
+  wrong.fixed_ms_by_batch.pop_back();
+  EXPECT_THROW(wrong.validate(), Error);
+}
+
+}  // namespace
+}  // namespace ts::sched
