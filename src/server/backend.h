@@ -1,8 +1,7 @@
 // What the HTTP server needs from whatever generates tokens: submit a request, receive its token events, cancel
 // it, drain, and read a metrics snapshot. The server (http_server.h) speaks only to this interface, so it is
-// tested with a fake backend over real HTTP, and the engine plugs in through an adapter (engine_backend.h for the
-// batched step engine, serial_backend.h for the one-request-at-a-time Generator). No transport code lives behind
-// this line, and no model code in front of it.
+// tested with a fake backend over real HTTP, and the batched step engine plugs in through an adapter
+// (engine_backend.h). No transport code lives behind this line, and no model code in front of it.
 //
 // Contract:
 //   - submit() never blocks on generation. It either accepts the request (then the sink later receives zero or

@@ -59,6 +59,13 @@ void Completion::cancel() {
   backend_->cancel(id_);
 }
 
+void Completion::abandon() {
+  if (finished_) return;
+  cancel();
+  finished_ = true;  // nobody reads further events; the backend's terminal event lands in the channel unread
+  metrics_.request_finished("abort", seconds_since(arrival_), int(ids_.size()));
+}
+
 std::string Completion::step(std::chrono::milliseconds timeout) {
   if (finished_) return "";
   std::optional<BackendEvent> event = channel_.pop(timeout);

@@ -45,8 +45,10 @@ class Completion {
   bool finished() const { return finished_; }   // the terminal event arrived
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
-  // Client gone or server giving up: cancel the backend request (idempotent).
+  // Cancels the backend request (idempotent); the terminal event still arrives.
   void cancel();
+  // The client is gone before the end: cancel, and count the request as aborted (no-op once finished).
+  void abandon();
 
   // OpenAI JSON. Streaming: the first chunk (chat: the assistant role), a text chunk, the final chunk with
   // finish_reason (and usage + timings), the usage-only chunk (stream_options.include_usage).

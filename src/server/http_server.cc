@@ -292,7 +292,7 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
               return false;
             return true;
           },
-          [completion](bool) { completion->cancel(); });  // a no-op once finished
+          [completion](bool) { completion->abandon(); });  // a no-op once finished
       return;
     }
     while (!completion->finished()) completion->step(std::chrono::milliseconds(1000));

@@ -250,6 +250,9 @@ TEST_F(ServerTest, ClientDisconnectFreesTheSlotWithinOneSecond) {
   while (server_->in_flight() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(server_->in_flight(), 0);
+  auto m = get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(metric_value(m->body, "vllm:request_success_total{model_name=\"treespark-test\",finished_reason=\"abort\""), 1);
 }
 
 TEST_F(ServerTest, AFailingRequestDoesNotHurtTheOthers) {

@@ -1,4 +1,4 @@
-// `treespark bench forward|tokenize|spec [options]`
+// `treespark bench forward|tokenize|spec|serve [options]`
 #include <cstdio>
 #include <cstring>
 
@@ -14,14 +14,14 @@ int cmd_bench(int argc, char** argv) {
     int (*run)(int, char**);
   };
   const Bench benches[] = {
-      {"forward", ts::bench::bench_forward}, {"tokenize", ts::bench::bench_tokenize}, {"spec", ts::bench::bench_spec}};
+      {"forward", ts::bench::bench_forward}, {"tokenize", ts::bench::bench_tokenize}, {"spec", ts::bench::bench_spec}, {"serve", ts::bench::bench_serve}};
   if (argc < 2) {
-    std::fprintf(stderr, "usage: treespark bench forward|tokenize|spec [options]\n");
+    std::fprintf(stderr, "usage: treespark bench forward|tokenize|spec|serve [options]\n");
     return 2;
   }
   for (const auto& b : benches)
     if (std::strcmp(argv[1], b.name) == 0) return b.run(argc - 1, argv + 1);
-  TS_FAIL("unknown benchmark '", argv[1], "' (forward, tokenize, spec)");
+  TS_FAIL("unknown benchmark '", argv[1], "' (forward, tokenize, spec, serve)");
 }
 
 }  // namespace ts::cli
