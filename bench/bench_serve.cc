@@ -21,6 +21,7 @@
 #include "benches.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
@@ -245,7 +246,7 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--node-cap", node_cap, "tree arms: max draft nodes per round");
   app.add_option("--theta", theta, "tree arms: theta (the adaptive arm's floor)");
   app.add_option("--chain-len", chain_len, "chain arm: draft length (default block_size - 1)");
-  app.add_option("--cost-curve", cost_path, "adaptive arm: L(b, k) JSON (default: measured here)");
+  app.add_option("--cost-curve", cost_path, "adaptive arm: cost model JSON (default: measured here)");
   app.add_option("--write-cost-curve", cost_out, "write the measured cost curve here (for simulate)");
   app.add_option("--threads", threads, "model threads (0 = by model size)");
   app.add_option("--json", json_out, "results");
@@ -275,12 +276,15 @@ int bench_serve(int argc, char** argv) {
   std::optional<spec::CostModel> cost;
   if (std::find(arms.begin(), arms.end(), "adaptive") != arms.end()) {
     if (!cost_path.empty()) {
-      cost = server::read_cost_model_json(cost_path);
+      cost = read_cost_model(cost_path);
     } else {
       std::fprintf(stderr, "measuring L(b, k) and the drafter's F(b) for b in 1..%d ...\n", max_batch);
-      cost = server::measure_serving_cost(bundle, server::batch_ladder(max_batch));
+      ServingCostOptions co;
+      co.batches = server::batch_ladder(max_batch);
+      co.context = std::min(co.context, bundle.target->config().max_position_embeddings - 80);
+      cost = measure_serving_cost(*bundle.target, bundle.drafter.get(), co);
     }
-    if (!cost_out.empty()) server::write_cost_model_json(*cost, cost_out);
+    if (!cost_out.empty()) write_cost_model(cost_out, *cost);
   }
 
   std::vector<ServeRow> rows;

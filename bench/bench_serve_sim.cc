@@ -21,7 +21,7 @@
 
 #include "bench_serve.h"
 #include "core/error.h"
-#include "server/model_setup.h"
+#include "engine/cost_curve.h"
 
 namespace ts::bench {
 
@@ -195,7 +195,7 @@ int bench_serve_simulate(int argc, char** argv) {
   std::string cost_path, traces_path, rates_s = "1,2,4,8,16,32", arms_s = "none,chain,tree,adaptive";
   std::string json_out = "bench_serve_sim.json", svg_out = "bench_serve_sim.svg";
   SimConfig base;
-  app.add_option("--cost-curve", cost_path, "L(b, k) (+ fixed_ms / fixed_ms_by_batch) JSON")->required();
+  app.add_option("--cost-curve", cost_path, "cost model JSON (bench serve --write-cost-curve, engine/cost_curve.h)")->required();
   app.add_option("--traces", traces_path, "bench serve --traces output")->required();
   app.add_option("--rates", rates_s, "arrival rates, requests/s");
   app.add_option("--arms", arms_s, "arms: none, adaptive, and any arm in the traces");
@@ -211,7 +211,7 @@ int bench_serve_simulate(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const spec::CostModel cost = server::read_cost_model_json(cost_path);
+  const spec::CostModel cost = read_cost_model(cost_path);
   const Traces traces = read_traces(traces_path);
   std::vector<double> rates;
   {

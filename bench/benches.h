@@ -7,5 +7,6 @@ int bench_forward(int argc, char** argv);   // bench/bench_forward.cc: L(1,k) co
 int bench_tokenize(int argc, char** argv);  // bench/bench_tokenize.cc: encode throughput
 int bench_spec(int argc, char** argv);      // bench/bench_spec.cc: none / chain / trees / TreeSpark
 int bench_serve(int argc, char** argv);     // bench/bench_serve.cc: Poisson load on a live server (+ simulate)
+int bench_engine(int argc, char** argv);    // bench/bench_engine.cc: batched engine throughput by concurrency
 
 }  // namespace ts::bench

@@ -1,6 +1,9 @@
 #include "engine/cost_curve.h"
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -81,6 +84,110 @@ double measure_draft_ms(Drafter& drafter, int context, int reps) {
     if (r > 0) times.push_back(now_ms() - t0);  // the first run warms up
   }
   return median(times);
+}
+
+std::vector<double> measure_draft_ms_by_batch(Drafter& drafter, int context, const std::vector<int>& batches,
+                                              int reps) {
+  const int max_b = batches.empty() ? 0 : *std::max_element(batches.begin(), batches.end());
+  std::vector<DrafterState> states;
+  std::vector<float> taps(size_t(context) * drafter.tap_width(), 0.5f);  // [context, tap_width]
+  std::vector<int32_t> positions(context);
+  for (int i = 0; i < context; ++i) positions[i] = i;
+  for (int s = 0; s < max_b; ++s) {
+    states.push_back(drafter.new_state(context + 1));
+    drafter.extend_context(states.back(), taps.data(), positions.data(), context);
+  }
+  std::vector<double> out;
+  for (int b : batches) {
+    std::vector<DrafterState*> ptrs;
+    for (int s = 0; s < b; ++s) ptrs.push_back(&states[s]);
+    std::vector<int32_t> anchors(b, 1), anchor_pos(b, context);
+    std::vector<float> logits(size_t(b) * drafter.block_size() * drafter.vocab_size());  // [b, block, vocab]
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {
+      const double t0 = now_ms();
+      drafter.draft_blocks(ptrs, anchors.data(), anchor_pos.data(), logits.data());
+      if (r > 0) times.push_back(now_ms() - t0);
+    }
+    out.push_back(median(times));
+  }
+  return out;
+}
+
+spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, const ServingCostOptions& o) {
+  CostCurveOptions co;
+  co.context = std::min(o.context, target.config().max_position_embeddings -
+                                       *std::max_element(o.ks.begin(), o.ks.end()) - 1);
+  co.ks = o.ks;
+  co.batches = o.batches;
+  co.reps = o.reps;
+  spec::CostModel cost = measure_cost_curve(target, co);
+  if (drafter) {
+    cost.fixed_ms_by_batch = measure_draft_ms_by_batch(*drafter, co.context, o.batches, o.reps);
+    cost.fixed_ms = cost.fixed_ms_by_batch.front();
+  }
+  cost.validate();
+  return cost;
+}
+
+std::string cost_model_to_json(const spec::CostModel& c) {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["batches"] = c.batches;
+  j["tokens"] = c.tokens;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < c.batches.size(); ++i)
+    rows.push_back(std::vector<double>(c.ms.begin() + i * c.tokens.size(), c.ms.begin() + (i + 1) * c.tokens.size()));
+  j["ms"] = rows;
+  j["fixed_ms"] = c.fixed_ms;
+  j["fixed_ms_by_batch"] = c.fixed_ms_by_batch;
+  return j.dump(2) + "\n";
+}
+
+spec::CostModel cost_model_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    TS_FAIL("cost model: malformed JSON: ", e.what());
+  }
+  TS_CHECK(j.is_object() && j.value("version", 0) == 1, "cost model: expected an object with \"version\": 1");
+  for (const char* key : {"batches", "tokens", "ms"})
+    TS_CHECK(j.contains(key) && j[key].is_array(), "cost model: missing array \"", key, "\"");
+  spec::CostModel c;
+  try {
+    c.batches = j["batches"].get<std::vector<int>>();
+    c.tokens = j["tokens"].get<std::vector<int>>();
+    for (const auto& row : j["ms"]) {
+      const auto v = row.get<std::vector<double>>();
+      TS_CHECK(v.size() == c.tokens.size(), "cost model: each \"ms\" row must hold ", c.tokens.size(), " costs");
+      c.ms.insert(c.ms.end(), v.begin(), v.end());
+    }
+    c.fixed_ms = j.value("fixed_ms", 0.0);
+    if (j.contains("fixed_ms_by_batch")) c.fixed_ms_by_batch = j["fixed_ms_by_batch"].get<std::vector<double>>();
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL("cost model: wrong type: ", e.what());
+  }
+  c.validate();
+  return c;
+}
+
+spec::CostModel read_cost_model(const std::string& path) {
+  std::ifstream in(path);
+  TS_CHECK(in, "cannot read cost model file ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return cost_model_from_json(text.str());
+  } catch (const Error& e) {
+    TS_FAIL(path, ": ", e.what());
+  }
+}
+
+void write_cost_model(const std::string& path, const spec::CostModel& cost) {
+  std::ofstream out(path);
+  TS_CHECK(out, "cannot write cost model file ", path);
+  out << cost_model_to_json(cost);
 }
 
 }  // namespace ts

@@ -101,6 +101,7 @@ class Engine {
   void run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
   void forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps);
   void finish_item(Item& item, sched::SeqOutcome& outcome);
+  void flush_taps(Live& live);  // the drafter context catches up with the committed tokens
   // Appends a generated token; ends the request on a stop id or max_new_tokens. No-op once done.
   void emit(Live& live, int32_t token);
   void fail(Live& live, const std::string& message);

@@ -26,6 +26,11 @@ struct Engine::Live {
   DrafterState drafter_state;
   std::unique_ptr<RandomChooser> chooser;
 
+  // Target taps of committed tokens not yet in the drafter's context: extending it one token at a time while the
+  // request decodes plainly (prefill, no room, policy off) would cost a drafter call per token, so the rows wait
+  // here and enter in one call before the next draft, or when kMaxTapBacklog rows have piled up.
+  std::vector<float> tap_backlog;          // [rows, tap_width]
+  std::vector<int32_t> backlog_positions;  // [rows]
   int32_t anchor = -1;           // newest token: emitted, not yet in the cache
   std::vector<int32_t> generated;
   std::vector<int32_t> step_tokens;  // tokens made final in the current step (sent as one event)
@@ -37,6 +42,8 @@ struct Engine::Live {
   double t_last_tokens_ms = 0;   // when its previous tokens became final (inter-token latency)
   bool done() const { return finish != FinishReason::None; }
 };
+
+constexpr int kMaxTapBacklog = 64;
 
 // Scratch of the runner, reused between steps.
 class Engine::Runner {

@@ -45,6 +45,14 @@ int32_t sample_token(const float* logits, int vocab, const SamplingParams& param
 
 }  // namespace
 
+void Engine::flush_taps(Live& live) {
+  if (live.backlog_positions.empty()) return;
+  drafter_->extend_context(live.drafter_state, live.tap_backlog.data(), live.backlog_positions.data(),
+                           int(live.backlog_positions.size()));
+  live.tap_backlog.clear();
+  live.backlog_positions.clear();
+}
+
 void Engine::forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps) {
   ForwardBatch batch;
   std::vector<KVCache*> caches;
@@ -86,15 +94,20 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   const int V = target_.config().vocab_size, H = target_.config().hidden_size;
   const RequestOptions& o = live.request.options;
   // The drafter's new context rows: the target's taps at the kept local rows.  taps: [rows, n_taps * H]
+  // Rows after a plain step wait in the backlog (flush_taps); a round's rows go straight in (the backlog was
+  // flushed before its draft).
   auto extend_drafter = [&](const std::vector<int32_t>& local_rows, const std::vector<int32_t>& positions) {
     if (!live.speculative) return;
     const int n_taps = int(drafter_->config().target_layer_ids.size());
-    std::vector<float> taps(local_rows.size() * size_t(n_taps) * H);
+    std::vector<float>& taps = live.tap_backlog;
+    size_t at = taps.size();
+    taps.resize(at + local_rows.size() * size_t(n_taps) * H);
     for (size_t i = 0; i < local_rows.size(); ++i)
-      for (int t = 0; t < n_taps; ++t)
-        std::memcpy(&taps[(i * n_taps + t) * H],
-                    &fr.hidden[(size_t(t) * item.result_rows + item.row0 + local_rows[i]) * H], sizeof(float) * H);
-    drafter_->extend_context(live.drafter_state, taps.data(), positions.data(), int(local_rows.size()));
+      for (int t = 0; t < n_taps; ++t, at += H)
+        std::memcpy(&taps[at], &fr.hidden[(size_t(t) * item.result_rows + item.row0 + local_rows[i]) * H],
+                    sizeof(float) * H);
+    live.backlog_positions.insert(live.backlog_positions.end(), positions.begin(), positions.end());
+    if (item.kind == Item::Spec || int(live.backlog_positions.size()) >= kMaxTapBacklog) flush_taps(live);
   };
   ++live.stats.target_forwards;
   if (item.kind == Item::Prefill) {
@@ -211,10 +224,12 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
       positions.push_back(it->anchor_pos);
     }
     try {
+      for (Item* it : spec_items) flush_taps(*it->live);  // the context must hold every committed token
       drafter_->draft_blocks(states, anchors.data(), positions.data(), runner_->base_logits.data());
     } catch (const std::exception&) {
       for (size_t i = 0; i < spec_items.size(); ++i) {  // isolate the request that fails
         try {
+          flush_taps(*spec_items[i]->live);
           drafter_->draft_block(*states[i], anchors[i], positions[i], &runner_->base_logits[i * size_t(B) * V]);
         } catch (const std::exception& e) {
           fail(*spec_items[i]->live, e.what());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "engine/engine.h"
@@ -231,6 +232,39 @@ TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   auto [tv_cross, unused] = tv_and_bound(exact_b, count_a);
   EXPECT_GT(tv_cross, bound_a);
   EXPECT_GT(accepted, N / 20);
+}
+
+// The engine's one batched drafter forward must give every block exactly what draft_block gives it alone (the
+// greedy trees, and the q that sampled verification recomputes, depend on these logits bit for bit).
+TEST(Engine, BatchedDrafterForwardEqualsOneBlockAtATime) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Pair pair = make_pair(32, 32, 2, 5, dtype, 83);
+    Drafter& d = *pair.drafter;
+    const int B = d.block_size(), V = d.vocab_size(), W = d.tap_width();
+    std::vector<DrafterState> states;
+    std::vector<int32_t> anchors, positions;
+    for (int s = 0; s < 3; ++s) {
+      const int ctx = 3 + 7 * s;  // different context lengths per sequence
+      states.push_back(d.new_state(64));
+      std::vector<float> taps(size_t(ctx) * W);  // [ctx, tap_width]
+      for (size_t i = 0; i < taps.size(); ++i) taps[i] = float(std::sin(0.37 * double(i) + s));
+      std::vector<int32_t> pos(ctx);
+      for (int i = 0; i < ctx; ++i) pos[i] = i;
+      d.extend_context(states.back(), taps.data(), pos.data(), ctx);
+      anchors.push_back(int32_t(5 + s));
+      positions.push_back(ctx);
+    }
+    std::vector<DrafterState*> ptrs;
+    for (auto& st : states) ptrs.push_back(&st);
+    std::vector<float> batched(size_t(3) * B * V), single(size_t(B) * V);  // [3, B, V], [B, V]
+    d.draft_blocks(ptrs, anchors.data(), positions.data(), batched.data());
+    for (int s = 0; s < 3; ++s) {
+      d.draft_block(states[s], anchors[s], positions[s], single.data());
+      EXPECT_EQ(0, std::memcmp(single.data(), &batched[size_t(s) * B * V], sizeof(float) * B * V))
+          << "block " << s << " " << dtype_name(dtype);
+      EXPECT_EQ(states[s].context.length(), 3 + 7 * s) << "the context is unchanged";
+    }
+  }
 }
 
 TEST(Engine, CancelFreesTheSlotAndKvWithinOneStep) {

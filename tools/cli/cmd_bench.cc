@@ -1,4 +1,4 @@
-// `treespark bench forward|tokenize|spec|serve [options]`
+// `treespark bench forward|tokenize|spec|engine|serve [options]`
 #include <cstdio>
 #include <cstring>
 
@@ -14,14 +14,15 @@ int cmd_bench(int argc, char** argv) {
     int (*run)(int, char**);
   };
   const Bench benches[] = {
-      {"forward", ts::bench::bench_forward}, {"tokenize", ts::bench::bench_tokenize}, {"spec", ts::bench::bench_spec}, {"serve", ts::bench::bench_serve}};
+      {"forward", ts::bench::bench_forward}, {"tokenize", ts::bench::bench_tokenize}, {"spec", ts::bench::bench_spec},
+      {"engine", ts::bench::bench_engine}, {"serve", ts::bench::bench_serve}};
   if (argc < 2) {
-    std::fprintf(stderr, "usage: treespark bench forward|tokenize|spec|serve [options]\n");
+    std::fprintf(stderr, "usage: treespark bench forward|tokenize|spec|engine|serve [options]\n");
     return 2;
   }
   for (const auto& b : benches)
     if (std::strcmp(argv[1], b.name) == 0) return b.run(argc - 1, argv + 1);
-  TS_FAIL("unknown benchmark '", argv[1], "' (forward, tokenize, spec, serve)");
+  TS_FAIL("unknown benchmark '", argv[1], "' (forward, tokenize, spec, engine, serve)");
 }
 
 }  // namespace ts::cli

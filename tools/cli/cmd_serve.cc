@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
@@ -83,7 +84,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--draft-len", spec.draft_len, "chain length (default: block_size - 1)");
   app.add_flag("--fixed-theta", spec.fixed_theta, "no load-adaptive policy: every round uses --theta");
   app.add_option("--cost-curve", spec.cost_curve,
-                 "L(b, k) from `treespark bench forward --json` (default: measured at start-up)");
+                 "cost model JSON (engine/cost_curve.h: write_cost_model; default: measured at start-up)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -137,10 +138,13 @@ int cmd_serve(int argc, char** argv) {
   engine.calibration = bundle.calibration;
   if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {
     if (!spec.cost_curve.empty()) {
-      engine.cost_model = server::read_cost_model_json(spec.cost_curve);
+      engine.cost_model = read_cost_model(spec.cost_curve);
     } else {
       std::fprintf(stderr, "treespark serve: measuring the cost curve L(b, k) for the load-adaptive policy ...\n");
-      engine.cost_model = server::measure_serving_cost(bundle, server::batch_ladder(engine.max_batch));
+      ServingCostOptions co;
+      co.batches = server::batch_ladder(engine.max_batch);
+      co.context = std::min(co.context, bundle.target->config().max_position_embeddings - 80);
+      engine.cost_model = measure_serving_cost(*bundle.target, bundle.drafter.get(), co);
     }
   }
   auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine, defaults);

@@ -25,7 +25,7 @@ const Command kCommands[] = {
     {"chat-format", ts::cli::cmd_chat_format, "render chat messages with the model's template"},
     {"calibrate", ts::cli::cmd_calibrate, "fit the draft-edge acceptance calibration"},
     {"serve", ts::cli::cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
-    {"bench", ts::cli::cmd_bench, "benchmarks: forward | tokenize | spec | serve"},
+    {"bench", ts::cli::cmd_bench, "benchmarks: forward | tokenize | spec | engine | serve"},
 };
 
 void usage() {

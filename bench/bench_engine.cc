@@ -1,0 +1,197 @@
+// treespark bench engine: batched throughput of the step engine at several concurrency levels (closed loop: c
+// requests in flight until the prompt set is done), arms none / chain / TreeSpark (fixed theta) / TreeSpark with
+// the load-adaptive policy, run side by side at each level. Prints tokens/s, ratios to target-only at the same
+// level and to the same arm at concurrency 1, tokens per round, tree size, how often the policy switched
+// speculation off, and the scheduler's share of a step; writes the per-batch decisions (theta, tree size) to JSON.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "benches.h"
+#include "core/cpu.h"
+#include "core/timer.h"
+#include "engine/cost_curve.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "prompt_file.h"
+
+namespace ts::bench {
+
+namespace {
+
+struct Arm {
+  std::string name;
+  DecodeMode mode;
+  double theta;
+  int node_cap, draft_len;
+  bool adaptive;
+};
+
+struct ArmResult {
+  long tokens = 0, rounds = 0, accepted = 0, nodes = 0, decisions = 0, spec_off = 0;
+  double wall_ms = 0, step_ms = 0, schedule_ms = 0;
+  long steps = 0;
+  std::map<int, std::array<double, 4>> by_batch;  // batch -> {decisions, sum theta, sum tree size, speculating}
+  double tok_s() const { return wall_ms > 0 ? 1000.0 * tokens / wall_ms : 0; }
+};
+
+ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& prompts, const Arm& arm, int concurrency,
+                  float temperature, int max_tokens, const spec::CostModel& cost, uint64_t seed) {
+  ArmResult res;
+  EngineConfig config;
+  config.max_batch = concurrency;
+  config.max_queue = concurrency;
+  config.max_context = bundle.target->config().max_position_embeddings;
+  config.prefill_chunk = 256;
+  config.calibration = bundle.calibration;
+  if (arm.adaptive) config.cost_model = cost;
+  config.on_step = [&](const StepReport& r) {
+    for (const RoundDecision& d : r.decisions) {
+      auto& b = res.by_batch[r.batch];
+      b[0] += 1;
+      b[1] += d.theta;
+      b[2] += d.tree_size;
+      b[3] += d.speculate;
+      ++res.decisions;
+      res.spec_off += arm.mode != DecodeMode::None && !d.speculate;
+    }
+  };
+  Engine engine(*bundle.target, bundle.drafter.get(), config);
+  size_t next = 0;
+  int in_flight = 0;
+  auto on_event = [&](const RequestEvent& e) {
+    if (e.finish == FinishReason::None) return;
+    --in_flight;
+    res.tokens += e.stats->generated_tokens;
+    res.rounds += e.stats->rounds;
+    res.accepted += e.stats->accepted_draft_tokens;
+    res.nodes += e.stats->tree_nodes;
+  };
+  const double t0 = now_ms();
+  while (next < prompts.size() || in_flight > 0) {
+    while (in_flight < concurrency && next < prompts.size()) {
+      Request r;
+      r.prompt = prompts[next];
+      RequestOptions& o = r.options;
+      o.sampling.temperature = temperature;
+      o.sampling.seed = seed + next;
+      o.max_new_tokens = max_tokens;
+      o.stop_ids = bundle.stop_ids();
+      o.mode = arm.mode;
+      o.tree.theta = arm.theta;
+      o.tree.node_cap = arm.node_cap;
+      o.tree.branch_cap = 4;
+      o.tree.draft_len = arm.draft_len;
+      o.adaptive = arm.adaptive;
+      engine.add(std::move(r), on_event);
+      ++in_flight;
+      ++next;
+    }
+    engine.step();
+  }
+  res.wall_ms = now_ms() - t0;
+  const EngineMetrics m = engine.metrics();
+  res.steps = m.steps;
+  res.step_ms = m.step_ms_total;
+  res.schedule_ms = m.schedule_ms_total;
+  return res;
+}
+
+}  // namespace
+
+int bench_engine(int argc, char** argv) {
+  CLI::App app{"Batched throughput of the step engine: arms side by side at several concurrency levels."};
+  std::string model_dir, drafter_dir, prompts_path, json_out = "bench_engine.json", cost_path;
+  std::vector<int> levels = {1, 4, 8};
+  int max_tokens = 64, limit = 16, threads = 0, chain_len = 4;
+  float temperature = 0;
+  uint64_t seed = 1;
+  app.add_option("--model", model_dir)->required();
+  app.add_option("--drafter", drafter_dir)->required();
+  app.add_option("--prompts", prompts_path, "JSONL prompt set")->required();
+  app.add_option("--concurrency", levels, "requests in flight")->delimiter(',');
+  app.add_option("--max-tokens", max_tokens);
+  app.add_option("--limit", limit, "prompts per run (each level runs all of them)");
+  app.add_option("--temperature", temperature);
+  app.add_option("--chain-len", chain_len);
+  app.add_option("--cost-model", cost_path, "cost model JSON (default: measured at start-up)");
+  app.add_option("--seed", seed);
+  app.add_option("--threads", threads);
+  app.add_option("--json", json_out);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  set_num_threads(threads > 0 ? threads : default_threads_for(bundle.target->weight_bytes()));
+  cli::PromptSet set = cli::load_prompt_set(prompts_path, bundle);
+  if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);
+
+  double t0 = now_ms();
+  spec::CostModel cost;
+  if (!cost_path.empty()) {
+    cost = read_cost_model(cost_path);
+  } else {
+    ServingCostOptions so;
+    so.batches = {1, 2, 4, 8};
+    for (int c : levels)
+      if (c > 8) so.batches.push_back(c);
+    std::sort(so.batches.begin(), so.batches.end());
+    so.batches.erase(std::unique(so.batches.begin(), so.batches.end()), so.batches.end());
+    cost = measure_serving_cost(*bundle.target, bundle.drafter.get(), so);
+  }
+  std::printf("cost model (%s, %.0f ms): L(b, k) ms, F(b) = batched drafter forward\n",
+              cost_path.empty() ? "measured" : cost_path.c_str(), now_ms() - t0);
+  for (size_t i = 0; i < cost.batches.size(); ++i) {
+    std::printf("  b=%-3d", cost.batches[i]);
+    for (size_t j = 0; j < cost.tokens.size(); ++j)
+      std::printf(" k=%d %.2f", cost.tokens[j], cost.ms[i * cost.tokens.size() + j]);
+    std::printf("  F=%.2f\n", cost.fixed_cost_ms(cost.batches[i]));
+  }
+
+  const std::vector<Arm> arms = {{"none", DecodeMode::None, 0, 1, 1, false},
+                                 {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
+                                 {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
+                                 {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true}};
+  nlohmann::json out = nlohmann::json::array();
+  std::map<std::string, double> at_one;
+  std::printf("\n%s, T = %.1f, %zu prompts x %d tokens\n", prompts_path.c_str(), temperature, set.prompt_ids.size(),
+              max_tokens);
+  std::printf("%-5s %-10s %9s %9s %9s %9s %8s %9s %8s %8s\n", "conc", "arm", "tok/s", "x none", "x conc1", "tok/rnd",
+              "tree", "spec off", "step ms", "sched %");
+  for (int c : levels) {
+    std::vector<ArmResult> results;
+    for (const Arm& arm : arms) results.push_back(run_arm(bundle, set.prompt_ids, arm, c, temperature, max_tokens, cost, seed));
+    for (size_t a = 0; a < arms.size(); ++a) {
+      const ArmResult& r = results[a];
+      if (c == levels.front()) at_one[arms[a].name] = r.tok_s();
+      const double vs_none = results[0].tok_s() > 0 ? r.tok_s() / results[0].tok_s() : 0;
+      const double vs_one = at_one[arms[a].name] > 0 ? r.tok_s() / at_one[arms[a].name] : 0;
+      const double tpr = r.rounds ? double(r.accepted + r.rounds) / r.rounds : 0;
+      const double tree = r.rounds ? double(r.nodes) / r.rounds : 0;
+      const double off = r.decisions ? double(r.spec_off) / r.decisions : 0;
+      const double sched = r.step_ms > 0 ? 100.0 * r.schedule_ms / r.step_ms : 0;
+      std::printf("%-5d %-10s %9.1f %9.3f %9.3f %9.2f %8.1f %9.2f %8.3f %8.3f\n", c, arms[a].name.c_str(), r.tok_s(),
+                  vs_none, vs_one, tpr, tree, off, r.steps ? r.step_ms / r.steps : 0, sched);
+      nlohmann::json by_batch = nlohmann::json::array();
+      for (const auto& [b, v] : r.by_batch)
+        by_batch.push_back({{"batch", b}, {"decisions", v[0]}, {"mean_theta", v[1] / v[0]},
+                            {"mean_tree_size", v[2] / v[0]}, {"speculating_share", v[3] / v[0]}});
+      out.push_back({{"concurrency", c}, {"arm", arms[a].name}, {"temperature", temperature},
+                     {"tokens_per_second", r.tok_s()}, {"ratio_to_none", vs_none}, {"ratio_to_concurrency_1", vs_one},
+                     {"tokens_per_round", tpr}, {"mean_tree_size", tree}, {"spec_off_share", off},
+                     {"mean_step_ms", r.steps ? r.step_ms / r.steps : 0}, {"scheduler_share", sched / 100},
+                     {"by_batch", by_batch}});
+    }
+  }
+  std::ofstream(json_out) << out.dump(2) << "\n";
+  std::printf("wrote %s\n", json_out.c_str());
+  return 0;
+}
+
+}  // namespace ts::bench
