@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# treespark serve end to end on the shipped pair: /health goes 503 -> 200, a streaming request runs, SIGTERM
+# treespark serve end to end on the shipped pair: /health goes 503 -> 200, greedy output through the server equals
+# `treespark generate` greedy output token for token (tree mode vs the target alone), a streaming request runs, SIGTERM
 # arrives mid-stream: new requests get 503 with Retry-After, the running stream still finishes with [DONE], and the
 # process exits 0.
 # Usage: drain_test.sh TREESPARK_BINARY SOURCE_DIR
@@ -15,9 +16,9 @@ port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
 "$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
   --fixed-theta --threads 1 --max-batch 2 --max-context 1024 2> "$work/serve.log" &
 pid=$!
-"$py" - "$port" "$pid" <<'PY'
-import http.client, json, os, signal, sys, threading, time
-port, pid = int(sys.argv[1]), int(sys.argv[2])
+"$py" - "$port" "$pid" "$bin" "$src" <<'PY'
+import http.client, json, os, signal, subprocess, sys, threading, time
+port, pid, bin, src = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
 def request(method, path, body=None, timeout=30):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -39,6 +40,18 @@ while True:
     assert time.time() < deadline, "server never became healthy"
     time.sleep(0.05)
 print("health: ok (saw 503 while loading: %s)" % saw_503)
+
+# Greedy identity with the CLI: the server speculates (tree), generate runs the target alone.
+for prompt in ["def fibonacci(n):\n", "The history of the city"]:
+    _, r = request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 32, "temperature": 0,
+                                               "return_token_ids": True})
+    served = json.loads(r.read())["choices"][0]["token_ids"]
+    out = subprocess.run([bin, "generate", "--model", src + "/models/treespark-target", "--prompt", prompt,
+                          "--mode", "none", "--temperature", "0", "--max-tokens", "32", "--threads", "1", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    want = json.loads(out.splitlines()[-1])["ids"]
+    assert served == want, "prompt %r: server %s != generate %s" % (prompt, served, want)
+print("greedy: server (tree) == treespark generate (target alone) on 2 prompts x 32 tokens")
 
 # A long streaming request; SIGTERM goes out once its first chunk arrived.
 c, r = request("POST", "/v1/completions", {"prompt": "def main():\n", "max_tokens": 900, "temperature": 0,
