@@ -20,27 +20,24 @@ using nlohmann::json;
 
 namespace {
 
-// Set while the accept thread itself serves a connection that found the worker queue full: the pre-routing
-// handler answers it 503 at once.
+// Set on the threads that answer connections the worker queue had no room for: the pre-routing handler answers
+// them 503 at once, without reading a body.
 thread_local bool t_overflow = false;
 
 // A fixed set of workers over a bounded queue of accepted connections (httplib's own ThreadPool queues without
-// bound). A connection that finds the queue full is answered 503 on the accept thread, without reading its body.
+// bound). A connection that finds that queue full goes to two rejector threads that answer 503 "overloaded"
+// (their queue is bounded too); only past both bounds does the accept thread itself answer, so slow or idle
+// clients cannot stall accepting unless they fill every place.
 class BoundedWorkerPool : public httplib::TaskQueue {
  public:
-  BoundedWorkerPool(size_t workers, size_t max_pending) : max_pending_(max_pending) {
-    for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  BoundedWorkerPool(size_t workers, size_t max_pending) : serving_(max_pending), rejecting_(max_pending) {
+    for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(serving_, false); });
+    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { work(rejecting_, true); });
   }
 
   void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (pending_.size() < max_pending_) {
-        pending_.push_back(std::move(fn));
-        ready_.notify_one();
-        return;
-      }
-    }
+    if (serving_.try_push(fn, mutex_, ready_)) return;
+    if (rejecting_.try_push(fn, mutex_, ready_)) return;
     t_overflow = true;
     fn();
     t_overflow = false;
@@ -56,23 +53,38 @@ class BoundedWorkerPool : public httplib::TaskQueue {
   }
 
  private:
-  void work() {
+  struct Queue {
+    explicit Queue(size_t cap) : cap(cap) {}
+    bool try_push(std::function<void()>& fn, std::mutex& mutex, std::condition_variable& ready) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (jobs.size() >= cap) return false;
+        jobs.push_back(std::move(fn));
+      }
+      ready.notify_all();
+      return true;
+    }
+    size_t cap;
+    std::deque<std::function<void()>> jobs;
+  };
+
+  void work(Queue& q, bool overflow) {
+    t_overflow = overflow;
     for (;;) {
       std::function<void()> fn;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [&] { return shutting_down_ || !pending_.empty(); });
-        if (pending_.empty()) return;  // shutting down with nothing left
-        fn = std::move(pending_.front());
-        pending_.pop_front();
+        ready_.wait(lock, [&] { return shutting_down_ || !q.jobs.empty(); });
+        if (q.jobs.empty()) return;  // shutting down with nothing left
+        fn = std::move(q.jobs.front());
+        q.jobs.pop_front();
       }
       fn();
     }
   }
 
-  size_t max_pending_;
+  Queue serving_, rejecting_;  // guarded by mutex_
   std::vector<std::thread> threads_;
-  std::deque<std::function<void()>> pending_;
   std::mutex mutex_;
   std::condition_variable ready_;
   bool shutting_down_ = false;

@@ -32,10 +32,11 @@ class EngineServerTest : public ::testing::Test {
     delete bundle_;
     bundle_ = nullptr;
   }
-  void start(RequestOptions defaults, std::optional<spec::CostModel> cost = std::nullopt) {
+  void start(RequestOptions defaults, std::optional<spec::CostModel> cost = std::nullopt, int max_batch = 4,
+             int max_queue = 8) {
     EngineConfig ec;
-    ec.max_batch = 4;
-    ec.max_queue = 8;
+    ec.max_batch = max_batch;
+    ec.max_queue = max_queue;
     ec.max_context = 512;
     ec.calibration = bundle_->calibration;
     ec.cost_model = cost;
@@ -150,6 +151,37 @@ TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
   none.mode = DecodeMode::None;
   start(none);
   expect_greedy_identity({kPrompts[3], kPrompts[4]}, 16);
+}
+
+TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {
+  start(tree_defaults(*bundle_->drafter, false), std::nullopt, 8, 64);  // the serve defaults: all 64 fit
+  constexpr int kClients = 64;
+  std::vector<int> completed(kClients, 0), retries(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      for (int attempt = 0; attempt < 400; ++attempt) {
+        auto r = post({{"prompt", kPrompts[size_t(i) % kPrompts.size()]}, {"max_tokens", 8}, {"temperature", 0.8},
+                       {"seed", i}, {"stream", true}});
+        if (r && (r->status == 429 || r->status == 503)) {  // full: back off as Retry-After says (scaled down)
+          ++retries[size_t(i)];
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          continue;
+        }
+        if (!r || r->status != 200) return;
+        Sse s = parse_sse(r->body);
+        completed[size_t(i)] = s.done && s.events.back()["usage"]["completion_tokens"].get<int>() >= 1;
+        return;
+      }
+    });
+  for (auto& t : threads) t.join();
+  int done = 0, retried = 0;
+  for (int i = 0; i < kClients; ++i) done += completed[size_t(i)], retried += retries[size_t(i)] > 0;
+  EXPECT_EQ(done, kClients);
+  EXPECT_EQ(retried, 0);  // max_batch + max_queue = 72 >= 64: nobody is turned away
+  std::printf("[64 clients] %d completed, %d were told to retry\n", done, retried);
+  EXPECT_EQ(backend_->metrics().running, 0);
+  EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
 }
 
 TEST_F(EngineServerTest, DisconnectFreesTheEngineSlotAndKv) {

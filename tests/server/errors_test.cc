@@ -226,6 +226,45 @@ TEST_F(ServerTest, QueueFullIs429WithRetryAfter) {
   EXPECT_EQ(r->status, 200) << r->body;
 }
 
+int connect_idle(int port) {  // a connection that never sends a request: it holds a worker until a timeout
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? fd : -1;
+}
+
+TEST_F(ServerTest, ConnectionsBeyondTheWorkerPoolAndItsQueueGet503NotAThread) {
+  ServerOptions so;
+  so.max_batch = 1;
+  so.max_queue = 0;
+  so.spare_workers = 1;  // 2 workers, and 2 accepted connections may wait for them
+  start({}, so);
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {  // 2 on workers, 2 queued for them
+    idle.push_back(connect_idle(port_));
+    ASSERT_GE(idle.back(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "overloaded");
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  for (int fd : idle) ::close(fd);
+  // The pool drains the idle connections and serves again.
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    auto ok = get("/health");
+    status = ok ? ok->status : 0;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
+}
+
 TEST_F(ServerTest, ClientDisconnectFreesTheSlotWithinOneSecond) {
   FakeBackendOptions fo;
   fo.tick_ms = 400;  // slower than the heartbeat: the disconnect is seen through SSE comments, not tokens
