@@ -180,6 +180,11 @@ TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {
   EXPECT_EQ(done, kClients);
   EXPECT_EQ(retried, 0);  // max_batch + max_queue = 72 >= 64: nobody is turned away
   std::printf("[64 clients] %d completed, %d were told to retry\n", done, retried);
+  // The engine's snapshot is taken after each step: the last step's figures land just after its final events.
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((backend_->metrics().running > 0 || backend_->metrics().kv_cache_usage > 0) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(backend_->metrics().running, 0);
   EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
 }
