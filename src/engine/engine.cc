@@ -62,6 +62,11 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   sc.kv_budget_rows = budget_rows;
   sc.block_size = drafter_ ? drafter_->block_size() : 0;
   sc.cost = config_.cost_model ? &*config_.cost_model : nullptr;
+  for (int c = 0; c < 2; ++c) {
+    TS_CHECK(config_.prior_tokens_per_round[c] >= 1, "prior_tokens_per_round must be >= 1 (a round emits at least "
+             "its bonus token), got ", config_.prior_tokens_per_round[c]);
+    sc.prior_tokens_per_round[c] = config_.prior_tokens_per_round[c];
+  }
   metrics_.kv_budget_bytes = config_.kv_budget_bytes;
   metrics_.spec_decode_num_accepted_tokens_per_pos.assign(std::max(0, sc.block_size), 0);
 }

@@ -45,6 +45,9 @@ struct EngineConfig {
   // The measured cost curve L(b, k) and drafter cost F(b) (theta_policy.h): enables the load-adaptive policy for
   // requests with options.adaptive. Unset: every request uses its own fixed theta and always speculates.
   std::optional<spec::CostModel> cost_model;
+  // Tokens per round the policy assumes for a request before it (or its temperature class) has been measured:
+  // [0] greedy, [1] sampled (scheduler.h). A long-running engine soon replaces them with its own averages.
+  double prior_tokens_per_round[2] = {2.5, 2.0};
   // Edge calibration per temperature (a request's options.calibration overrides it).
   spec::CalibrationTable calibration;
   // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping

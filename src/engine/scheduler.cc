@@ -22,10 +22,15 @@ bool can_speculate(const SchedulerConfig& c, const SeqView& s) {
 }
 
 // The round's tokens per sequence the request is expected to verify (anchor included) and emit.
-void expectations(const SchedulerConfig& c, const SeqView& s, int* k, double* tokens) {
-  const int budget = std::max(1, std::min(s.node_cap, s.mode == DecodeMode::Chain ? c.block_size - 1 : s.node_cap));
-  *k = 1 + (s.nodes_per_round > 0 ? int(s.nodes_per_round + 0.5) : budget);
-  *tokens = s.tokens_per_round > 0 ? s.tokens_per_round : c.prior_tokens_per_round[s.temperature > 0 ? 1 : 0];
+void expectations(const SchedulerState& st, const SeqView& s, int* k, double* tokens) {
+  const SchedulerConfig& c = st.config;
+  const int cls = s.temperature > 0 ? 1 : 0;
+  double nodes = s.nodes_per_round > 0 ? s.nodes_per_round : st.class_nodes_per_round[cls];
+  if (nodes <= 0) nodes = std::max(1, std::min(s.node_cap, c.block_size / 2));
+  *k = 1 + int(nodes + 0.5);
+  *tokens = s.tokens_per_round > 0                ? s.tokens_per_round
+            : st.class_tokens_per_round[cls] > 0 ? st.class_tokens_per_round[cls]
+                                                  : c.prior_tokens_per_round[cls];
 }
 
 }  // namespace
@@ -71,24 +76,71 @@ Plan schedule(const SchedulerState& state) {
   }
 
   // Decode entries: every decoding request, priced at the live batch.
+  std::vector<const SeqView*> views;
   for (const SeqView& s : state.seqs)
-    if (!s.cancelled && s.phase == Phase::Decode) plan.decode.push_back({s.id});
+    if (!s.cancelled && s.phase == Phase::Decode) {
+      plan.decode.push_back({s.id});
+      views.push_back(&s);
+    }
   plan.batch = int(plan.decode.size());
-  size_t d = 0;
-  for (const SeqView& s : state.seqs) {
-    if (s.cancelled || s.phase != Phase::Decode) continue;
-    DecodeWork& w = plan.decode[d++];
+  // Which adaptive requests speculate: the step's modelled token rate (step_cost_ms) decides. Requests that
+  // always speculate (no cost model, or their own fixed pricing) and plain ones make the base; adaptive ones are
+  // added most efficient first ((E - 1) / (k - 1)), and the prefix with the best rate wins (evaluating every
+  // prefix, not only the next request, because the drafter's batched cost F(n) is not linear in n). A request due
+  // a probe is priced with its class's tokens per round if that beats its own (stale) measurement.
+  struct Candidate {
+    size_t index;
+    int extra_rows;
+    double extra_tokens;
+  };
+  std::vector<Candidate> candidates;
+  double base_rows = plan.batch, base_tokens = plan.batch;
+  int base_drafting = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const SeqView& s = *views[i];
+    DecodeWork& w = plan.decode[i];
     w.pricing_batch = std::max(1, plan.batch);
     w.speculate = can_speculate(c, s);
     w.theta = s.mode == DecodeMode::Tree ? s.theta_floor : 0;
-    if (!w.speculate || !s.adaptive || !c.cost) continue;
-    w.adaptive = true;
+    if (!w.speculate) continue;
     int k = 1;
     double tokens = 1;
-    expectations(c, s, &k, &tokens);
-    w.speculate = spec::speculation_pays(*c.cost, w.pricing_batch, k, tokens);
+    expectations(state, s, &k, &tokens);
+    if (!s.adaptive || !c.cost) {
+      base_rows += k - 1;
+      base_tokens += tokens - 1;
+      ++base_drafting;
+      continue;
+    }
+    w.adaptive = true;
     if (s.mode == DecodeMode::Tree)
       w.theta = std::max(s.theta_floor, spec::adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0));
+    w.speculate = false;  // decided below
+    if (c.probe_interval > 0 && s.steps_since_round >= c.probe_interval) {
+      // Probe: price it optimistically (its class's tokens per round, or the prior) rather than with its own
+      // stale measurement; if even that does not pay at this load, no probe is wasted.
+      const int cls = s.temperature > 0 ? 1 : 0;
+      const double class_tokens =
+          state.class_tokens_per_round[cls] > 0 ? state.class_tokens_per_round[cls] : c.prior_tokens_per_round[cls];
+      tokens = std::max({tokens, class_tokens, c.prior_tokens_per_round[cls]});
+    }
+    candidates.push_back({i, k - 1, tokens - 1});
+  }
+  if (!candidates.empty()) {
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.extra_tokens * std::max(1, b.extra_rows) > b.extra_tokens * std::max(1, a.extra_rows);
+    });
+    double rows = base_rows, tokens = base_tokens, best_rate = -1;
+    size_t best = 0;
+    for (size_t j = 0; j <= candidates.size(); ++j) {
+      const double rate = tokens / spec::step_cost_ms(*c.cost, plan.batch, rows, base_drafting + int(j));
+      if (rate > best_rate) best_rate = rate, best = j;
+      if (j < candidates.size()) {
+        rows += candidates[j].extra_rows;
+        tokens += candidates[j].extra_tokens;
+      }
+    }
+    for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
   }
   return plan;
 }
@@ -114,10 +166,20 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
       if (s->prefilled == s->prompt_len) s->phase = Phase::Decode;
     }
     s->context_len += o.committed;
+    if (o.committed > 0) s->steps_since_round = o.speculated ? 0 : s->steps_since_round + 1;
     if (o.speculated) {
-      auto ema = [w](double old, double now) { return old > 0 ? (1 - w) * old + w * now : now; };
-      s->tokens_per_round = ema(s->tokens_per_round, o.tokens_emitted);
-      s->nodes_per_round = ema(s->nodes_per_round, o.tree_nodes);
+      // Averages start from the prior, so one unlucky first round cannot switch a request (or a class) off.
+      const int cls = s->temperature > 0 ? 1 : 0;
+      const double prior_tokens = state.config.prior_tokens_per_round[cls];
+      const double prior_nodes = std::max(1, std::min(s->node_cap, state.config.block_size / 2));
+      auto ema = [](double weight, double old, double prior, double now) {
+        return (1 - weight) * (old > 0 ? old : prior) + weight * now;
+      };
+      const double wc = state.config.class_ema_weight;
+      state.class_tokens_per_round[cls] = ema(wc, state.class_tokens_per_round[cls], prior_tokens, o.tokens_emitted);
+      state.class_nodes_per_round[cls] = ema(wc, state.class_nodes_per_round[cls], prior_nodes, o.tree_nodes);
+      s->tokens_per_round = ema(w, s->tokens_per_round, prior_tokens, o.tokens_emitted);
+      s->nodes_per_round = ema(w, s->nodes_per_round, prior_nodes, o.tree_nodes);
     }
     if (o.finished) gone.push_back(o.id);
   }

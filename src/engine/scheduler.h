@@ -13,9 +13,15 @@
 //   4. hands out at most prefill_chunk prompt tokens, in admission order, to requests still prefilling, so a long
 //      prompt is cut into chunks and never stalls the decoding requests for more than one chunk's cost;
 //   5. prices each decoding request's tree for this step (theta_policy.h): with a cost model and an adaptive
-//      request, theta = max(theta floor, the price of the first node at batch b), and speculation is switched off
-//      when its expected tokens per ms, E / (L(b, k) + F(b)), fall below plain decoding's 1 / L(b, 1), with E and
-//      k the request's measured tokens per round and tree size (a prior per temperature class until measured).
+//      request, theta = max(theta floor, the price of the first node at batch b), and the set of adaptive requests
+//      that speculate is the one with the best modelled token rate, tokens / step_cost_ms(b, rows, drafting):
+//      candidates are added most efficient first ((E - 1) / (k - 1) extra tokens per extra row) and every prefix
+//      is priced, so speculation switches off (for some or all) exactly where it would cost goodput. E and k are
+//      the request's measured tokens per round and tree size + 1 (before a measurement: the averages of its
+//      temperature class, else E from the config's prior and k = 1 + min(node_cap, block_size / 2)). A request
+//      kept off is re-priced optimistically (its class's E or the prior, whichever is larger) every
+//      probe_interval plain steps, so a stale pessimistic measurement cannot keep it off for good. The averages
+//      start from the prior.
 // Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
 #pragma once
 
@@ -48,6 +54,7 @@ struct SeqView {
   // Measured while speculating (exponential moving averages over rounds); 0 = not measured yet.
   double tokens_per_round = 0;  // tokens emitted per round (accepted + bonus)
   double nodes_per_round = 0;   // draft nodes per round
+  int steps_since_round = 0;    // decode steps since its last speculative round (policy probes, see schedule())
 };
 
 struct SchedulerConfig {
@@ -58,13 +65,21 @@ struct SchedulerConfig {
   const spec::CostModel* cost = nullptr;  // the measured L(b, k) and F(b); null: no adaptive policy
   // Tokens per round assumed before a request has been measured: [0] greedy, [1] sampled.
   double prior_tokens_per_round[2] = {2.5, 2.0};
-  double ema_weight = 0.2;       // weight of the newest round in the moving averages
+  double ema_weight = 0.1;       // weight of the newest round in a request's moving averages
+  double class_ema_weight = 0.02;  // the same over all requests of a temperature class (the prior of new ones)
+  // A request the policy keeps from speculating gets one probe round after this many plain decode steps, so its
+  // tokens per round stay measured and speculation comes back when it pays again (0 = never probe).
+  int probe_interval = 8;
 };
 
 struct SchedulerState {
   SchedulerConfig config;
   std::vector<SeqView> seqs;     // arrival order; update() removes finished and evicted requests
   int64_t step = 0;
+  // Moving averages over every speculative round of a temperature class ([0] greedy, [1] sampled); 0 = none yet.
+  // A request not measured yet starts from these (then from the config's prior).
+  double class_tokens_per_round[2] = {0, 0};
+  double class_nodes_per_round[2] = {0, 0};
 };
 
 // KV rows reserved by admitted (Prefill / Decode) requests.

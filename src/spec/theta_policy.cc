@@ -65,6 +65,16 @@ bool speculation_pays(const CostModel& cost, int batch, int k, double expected_t
   return plain > 0 && round > 0 && expected_tokens / round >= 1.0 / plain;
 }
 
+double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting) {
+  TS_CHECK(batch >= 1 && rows >= batch, "step cost: need batch >= 1 and rows >= batch, got ", batch, " and ", rows);
+  const double per_seq = rows / batch;
+  const int k0 = static_cast<int>(per_seq);
+  const double w = per_seq - k0;
+  const double forward = w > 0 ? (1 - w) * cost.cost_ms(batch, k0) + w * cost.cost_ms(batch, k0 + 1)
+                               : cost.cost_ms(batch, k0);
+  return forward + (drafting > 0 ? cost.fixed_cost_ms(drafting) : 0.0);
+}
+
 double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far) {
   TS_CHECK(tree_size_so_far >= 1, "adaptive theta: the tree holds at least the anchor, got size ", tree_size_so_far);
   const double now = cost.cost_ms(batch, tree_size_so_far);

@@ -47,4 +47,10 @@ double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, do
 // 1 / L(b, 1). True iff the first is at least the second (the serving policy switches speculation off otherwise).
 bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens);
 
+// The modelled cost of one serving step: `batch` sequences run `rows` target rows in all (rows / batch per
+// sequence, interpolated between whole k) and `drafting` of them ran the batched drafter forward:
+//   L(batch, rows / batch) + (drafting > 0 ? fixed_cost_ms(drafting) : 0).
+// The scheduler chooses which requests speculate by this price (scheduler.h); bench engine prices steps with it.
+double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting);
+
 }  // namespace ts::spec

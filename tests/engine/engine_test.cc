@@ -183,9 +183,9 @@ TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   a.tree.theta = 0;
   a.tree.node_cap = 6;
   a.tree.branch_cap = 3;
-  b.sampling.temperature = 0.8f;
-  b.sampling.top_k = 5;
-  b.sampling.top_p = 0.9f;
+  b.sampling.temperature = 1.6f;
+  b.sampling.top_k = 6;
+  b.sampling.top_p = 0.95f;
   b.mode = DecodeMode::Tree;
   b.tree.theta = 0;
   b.tree.node_cap = 8;
@@ -193,7 +193,10 @@ TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   std::map<std::vector<int32_t>, double> exact_a, exact_b, count_a, count_b;
   exact_continuations(*pair.target, prompt_a, 3, a.sampling, &exact_a);
   exact_continuations(*pair.target, prompt_b, 3, b.sampling, &exact_b);
-  const int N = 12000;
+  // Both distributions must be spread over many continuations, or the test would show nothing.
+  ASSERT_GT(exact_a.size(), 20u);
+  ASSERT_GT(exact_b.size(), 20u);
+  const int N = 8000;
   EngineConfig config;
   config.max_batch = 2;
   Engine engine(*pair.target, pair.drafter.get(), config);
@@ -224,7 +227,7 @@ TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   };
   auto [tv_a, bound_a] = tv_and_bound(exact_a, count_a);
   auto [tv_b, bound_b] = tv_and_bound(exact_b, count_b);
-  std::printf("request A (T=1): TV %.4f bound %.4f; request B (T=0.8, top-k 5, top-p 0.9): TV %.4f bound %.4f\n",
+  std::printf("request A (T=1): TV %.4f bound %.4f; request B (T=1.6, top-k 6, top-p 0.95): TV %.4f bound %.4f\n",
               tv_a, bound_a, tv_b, bound_b);
   EXPECT_LT(tv_a, bound_a);
   EXPECT_LT(tv_b, bound_b);
