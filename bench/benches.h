@@ -6,6 +6,7 @@ namespace ts::bench {
 int bench_forward(int argc, char** argv);   // bench/bench_forward.cc: L(1,k) cost curve of the target forward
 int bench_tokenize(int argc, char** argv);  // bench/bench_tokenize.cc: encode throughput
 int bench_spec(int argc, char** argv);      // bench/bench_spec.cc: none / chain / trees / TreeSpark
+int bench_serve(int argc, char** argv);     // bench/bench_serve.cc: Poisson load on a live server (+ simulate)
 int bench_engine(int argc, char** argv);    // bench/bench_engine.cc: batched engine throughput by concurrency
 int bench_round(int argc, char** argv);     // bench/bench_round.cc: one round's phases (draft, tree, target, walk)
 

@@ -11,6 +11,7 @@ int cmd_tokenize(int argc, char** argv);     // text -> ids
 int cmd_detokenize(int argc, char** argv);   // ids -> text
 int cmd_chat_format(int argc, char** argv);  // render a chat template
 int cmd_calibrate(int argc, char** argv);    // fit (a, b) of the edge-acceptance calibration
-int cmd_bench(int argc, char** argv);        // bench forward | tokenize | spec
+int cmd_bench(int argc, char** argv);        // bench forward | tokenize | spec | serve
+int cmd_serve(int argc, char** argv);        // the OpenAI-compatible HTTP server
 
 }  // namespace ts::cli

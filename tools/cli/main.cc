@@ -24,7 +24,8 @@ const Command kCommands[] = {
     {"detokenize", ts::cli::cmd_detokenize, "token ids -> text"},
     {"chat-format", ts::cli::cmd_chat_format, "render chat messages with the model's template"},
     {"calibrate", ts::cli::cmd_calibrate, "fit the draft-edge acceptance calibration"},
-    {"bench", ts::cli::cmd_bench, "benchmarks: forward | tokenize | spec | engine"},
+    {"serve", ts::cli::cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
+    {"bench", ts::cli::cmd_bench, "benchmarks: forward | tokenize | spec | engine | serve"},
 };
 
 void usage() {

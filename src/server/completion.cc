@@ -1,0 +1,215 @@
+#include "server/completion.h"
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+namespace ts::server {
+
+using nlohmann::json;
+
+void EventChannel::push(BackendEvent&& event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_one();
+}
+
+std::optional<BackendEvent> EventChannel::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  BackendEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+namespace {
+
+std::string new_response_id(bool chat) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%012llx%06llx", chat ? "chatcmpl" : "cmpl",
+                (unsigned long long)(rng() & 0xffffffffffffull), (unsigned long long)(counter++ & 0xffffff));
+  return buf;
+}
+
+}  // namespace
+
+Completion::Completion(const CompletionRequest& request, const ServedModel& model, int prompt_tokens,
+                       ServerMetrics& metrics)
+    : request_(request),
+      model_name_(model.name),
+      metrics_(metrics),
+      text_(*model.tokenizer, model.stop_ids, request.stop),
+      response_id_(new_response_id(request.chat)),
+      created_((long long)std::time(nullptr)),
+      prompt_tokens_(prompt_tokens),
+      arrival_(std::chrono::steady_clock::now()) {}
+
+double Completion::seconds_since(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void Completion::cancel() {
+  if (cancelled_ || finished_ || !backend_) return;
+  cancelled_ = true;
+  backend_->cancel(id_);
+}
+
+void Completion::abandon() {
+  if (finished_) return;
+  cancel();
+  finished_ = true;  // nobody reads further events; the backend's terminal event lands in the channel unread
+  metrics_.request_finished("abort", seconds_since(arrival_), int(ids_.size()));
+}
+
+std::string Completion::step(std::chrono::milliseconds timeout) {
+  if (finished_) return "";
+  std::optional<BackendEvent> event = channel_.pop(timeout);
+  if (!event) return "";
+  std::string out;
+  const auto now = std::chrono::steady_clock::now();
+  if (event->kind == BackendEvent::Kind::Tokens) {
+    if (stop_string_hit_) return "";
+    int taken = 0;
+    for (int32_t id : event->ids) {
+      ids_.push_back(id);
+      ++taken;
+      out += text_.push(id);
+      if (text_.stopped()) {
+        stop_string_hit_ = true;
+        cancel();
+        break;
+      }
+    }
+    if (taken > 0) {
+      if (!got_first_token_) {
+        got_first_token_ = true;
+        first_token_ = now;
+        metrics_.first_token(std::chrono::duration<double>(now - arrival_).count());
+      } else {
+        metrics_.tokens(taken, std::chrono::duration<double>(now - last_token_).count());
+      }
+      last_token_ = now;
+    }
+  } else {
+    finished_ = true;
+    stats_ = event->stats;
+    if (event->kind == BackendEvent::Kind::Failed) {
+      error_ = event->error.empty() ? "generation failed" : event->error;
+    } else {
+      backend_finish_reason_ = event->finish_reason;
+    }
+    if (!stop_string_hit_) out += text_.finish();
+    const std::string reason = finish_reason();
+    metrics_.request_finished(reason == "cancelled" ? "abort" : reason, seconds_since(arrival_), int(ids_.size()));
+  }
+  if (!request_.stream) text_so_far_ += out;
+  return out;
+}
+
+std::string Completion::finish_reason() const {
+  if (stop_string_hit_) return "stop";
+  if (!error_.empty()) return "error";
+  return backend_finish_reason_.empty() ? "length" : backend_finish_reason_;
+}
+
+json Completion::usage() const {
+  const int n = int(ids_.size());
+  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", n}, {"total_tokens", prompt_tokens_ + n}};
+}
+
+json Completion::timings() const {
+  const double prompt_ms =
+      got_first_token_ ? std::chrono::duration<double, std::milli>(first_token_ - arrival_).count() : 0.0;
+  const double predicted_ms =
+      got_first_token_ ? std::chrono::duration<double, std::milli>(last_token_ - first_token_).count() : 0.0;
+  const int n = int(ids_.size());
+  return {{"prompt_n", prompt_tokens_},
+          {"prompt_ms", prompt_ms},
+          {"predicted_n", n},
+          {"predicted_ms", predicted_ms},
+          {"predicted_per_second", predicted_ms > 0 ? 1000.0 * (n - 1) / predicted_ms : 0.0},
+          {"draft_n", stats_.draft_tokens},
+          {"draft_n_accepted", stats_.accepted_draft_tokens},
+          {"rounds", stats_.rounds},
+          {"tokens_per_round", stats_.tokens_per_round()},
+          {"mean_tree_size", stats_.mean_tree_size()},
+          {"queue_ms", stats_.queue_ms}};
+}
+
+json Completion::chunk_base() const {
+  return {{"id", response_id_},
+          {"object", request_.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_name_}};
+}
+
+json Completion::first_chunk() const {
+  json j = chunk_base();
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+json Completion::text_chunk(const std::string& text) const {
+  json j = chunk_base();
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (request_.chat) {
+    choice["delta"] = {{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+json Completion::final_chunk() const {
+  json j = chunk_base();
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason()}};
+  if (request_.chat) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  if (request_.return_token_ids) choice["token_ids"] = ids_;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage();  // llama.cpp also puts usage and timings on the last chunk
+  j["timings"] = timings();
+  return j;
+}
+
+json Completion::usage_chunk() const {
+  json j = chunk_base();
+  j["choices"] = json::array();
+  j["usage"] = usage();
+  j["timings"] = timings();
+  return j;
+}
+
+json Completion::response() const {
+  json j = {{"id", response_id_},
+            {"object", request_.chat ? "chat.completion" : "text_completion"},
+            {"created", created_},
+            {"model", model_name_}};
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason()}};
+  if (request_.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_so_far_}};
+  } else {
+    choice["text"] = text_so_far_;
+  }
+  if (request_.return_token_ids) choice["token_ids"] = ids_;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage();
+  j["timings"] = timings();
+  return j;
+}
+
+}  // namespace ts::server

@@ -1,0 +1,89 @@
+// One completion request in flight: the channel its backend events arrive on, the text stream that turns ids
+// into client text (stop strings, hidden end-of-turn ids), and the OpenAI JSON for its chunks and final
+// response. The HTTP layer (http_server.cc) owns the transport; this file owns the content.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/backend.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/text_stream.h"
+
+namespace ts::server {
+
+// Backend events of one request, pushed by the backend thread, popped by the HTTP worker.
+class EventChannel {
+ public:
+  void push(BackendEvent&& event);
+  std::optional<BackendEvent> pop(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<BackendEvent> events_;
+};
+
+class Completion {
+ public:
+  Completion(const CompletionRequest& request, const ServedModel& model, int prompt_tokens, ServerMetrics& metrics);
+
+  EventChannel& channel() { return channel_; }
+  void set_backend(Backend* backend, uint64_t id) { backend_ = backend, id_ = id; }
+
+  // Waits up to `timeout` for the next event and applies it; returns the text it released ("" if none or on a
+  // timeout). After a stop string matched, the backend request is cancelled and later tokens are ignored.
+  std::string step(std::chrono::milliseconds timeout);
+  bool finished() const { return finished_; }   // the terminal event arrived
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  // Cancels the backend request (idempotent); the terminal event still arrives.
+  void cancel();
+  // The client is gone before the end: cancel, and count the request as aborted (no-op once finished).
+  void abandon();
+
+  // OpenAI JSON. Streaming: the first chunk (chat: the assistant role), a text chunk, the final chunk with
+  // finish_reason (and usage + timings), the usage-only chunk (stream_options.include_usage).
+  nlohmann::json first_chunk() const;
+  nlohmann::json text_chunk(const std::string& text) const;
+  nlohmann::json final_chunk() const;
+  nlohmann::json usage_chunk() const;
+  nlohmann::json response() const;  // the non-streaming body, after finished()
+  const CompletionRequest& request() const { return request_; }
+
+ private:
+  nlohmann::json chunk_base() const;
+  nlohmann::json usage() const;
+  nlohmann::json timings() const;
+  std::string finish_reason() const;
+  double seconds_since(std::chrono::steady_clock::time_point t) const;
+
+  CompletionRequest request_;
+  std::string model_name_;
+  ServerMetrics& metrics_;
+  EventChannel channel_;
+  TextStream text_;
+  Backend* backend_ = nullptr;
+  uint64_t id_ = 0;
+  std::string response_id_;
+  long long created_ = 0;
+  int prompt_tokens_ = 0;
+
+  std::vector<int32_t> ids_;  // generated ids the client is answered for (up to a stop string's end)
+  std::string text_so_far_;   // non-streaming: the whole text
+  bool stop_string_hit_ = false, cancelled_ = false, finished_ = false;
+  std::string backend_finish_reason_, error_;
+  RequestStats stats_;
+  std::chrono::steady_clock::time_point arrival_, first_token_, last_token_;
+  bool got_first_token_ = false;
+};
+
+}  // namespace ts::server

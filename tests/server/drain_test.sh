@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# treespark serve end to end on the shipped pair: /health goes 503 -> 200, greedy output through the server equals
+# `treespark generate` greedy output token for token (tree mode vs the target alone), a streaming request runs, SIGTERM
+# arrives mid-stream: new requests get 503 with Retry-After, the running stream still finishes with [DONE], and the
+# process exits 0.
+# Usage: drain_test.sh TREESPARK_BINARY SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+py=/usr/bin/python3
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
+  --fixed-theta --threads 1 --max-batch 2 --max-context 1024 2> "$work/serve.log" &
+pid=$!
+"$py" - "$port" "$pid" "$bin" "$src" <<'PY'
+import http.client, json, os, signal, subprocess, sys, threading, time
+port, pid, bin, src = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+def request(method, path, body=None, timeout=30):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    return c, c.getresponse()
+
+deadline = time.time() + 120
+saw_503 = False
+while True:
+    try:
+        _, r = request("GET", "/health")
+        r.read()
+        if r.status == 200: break
+        assert r.status == 503, r.status
+        saw_503 = True
+    except (ConnectionRefusedError, ConnectionResetError):
+        pass
+    assert time.time() < deadline, "server never became healthy"
+    time.sleep(0.05)
+print("health: ok (saw 503 while loading: %s)" % saw_503)
+
+# Greedy identity with the CLI: the server speculates (tree), generate runs the target alone.
+for prompt in ["def fibonacci(n):\n", "The history of the city"]:
+    _, r = request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 32, "temperature": 0,
+                                               "return_token_ids": True})
+    served = json.loads(r.read())["choices"][0]["token_ids"]
+    out = subprocess.run([bin, "generate", "--model", src + "/models/treespark-target", "--prompt", prompt,
+                          "--mode", "none", "--temperature", "0", "--max-tokens", "32", "--threads", "1", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    want = json.loads(out.splitlines()[-1])["ids"]
+    assert served == want, "prompt %r: server %s != generate %s" % (prompt, served, want)
+print("greedy: server (tree) == treespark generate (target alone) on 2 prompts x 32 tokens")
+
+# A long streaming request; SIGTERM goes out once its first chunk arrived.
+c, r = request("POST", "/v1/completions", {"prompt": "def main():\n", "max_tokens": 900, "temperature": 0,
+                                           "stream": True, "stream_options": {"include_usage": True}}, timeout=300)
+assert r.status == 200, r.status
+first = r.readline()  # decoded through the chunked framing
+os.kill(pid, signal.SIGTERM)
+t_term = time.time()
+statuses = []
+for _ in range(40):
+    try:
+        c2, r2 = request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2}, timeout=10)
+        body = r2.read()
+        statuses.append(r2.status)
+        if r2.status == 503:
+            err = json.loads(body)["error"]
+            assert err["code"] == "draining", err
+            assert r2.getheader("Retry-After") == "1"
+            break
+    except (ConnectionRefusedError, ConnectionResetError):
+        statuses.append("refused")
+        break
+    time.sleep(0.01)
+rest = first + r.read()
+t_done = time.time()
+events = [l[6:] for l in rest.decode().split("\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events[-3:]
+usage = json.loads(events[-2])["usage"]
+fin = [json.loads(e) for e in events[:-1] if json.loads(e)["choices"]][-1]["choices"][0]["finish_reason"]
+print("after SIGTERM: new requests -> %s; the running stream finished (%s, %d tokens) %.2f s later"
+      % (statuses, fin, usage["completion_tokens"], t_done - t_term))
+assert 503 in statuses, "no 503 while draining: %s" % statuses
+assert fin in ("stop", "length"), fin
+PY
+rc=0
+wait "$pid" || rc=$?
+pid=
+cat "$work/serve.log" >&2
+[ "$rc" -eq 0 ] || { echo "serve exited $rc after SIGTERM" >&2; exit 1; }
+echo "drain test: ok"

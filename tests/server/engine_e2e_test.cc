@@ -1,0 +1,224 @@
+// End to end against the real batched engine on the shipped pair (models/): greedy output through the server,
+// several requests at once, equals the target's own greedy decoding (Generator, what `treespark generate` runs),
+// token for token; a disconnecting client frees its slot and KV in the engine; the engine's counters reach
+// /metrics.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "core/cpu.h"
+#include "engine/generator.h"
+#include "engine/model_bundle.h"
+#include "server/engine_backend.h"
+#include "server/model_setup.h"
+#include "server/server_fixture.h"
+
+namespace ts::server::testing {
+namespace {
+
+using nlohmann::json;
+
+class EngineServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    set_num_threads(1);
+    bundle_ = new ModelBundle(ModelBundle::load(std::string(TS_SOURCE_DIR) + "/models/treespark-target",
+                                                std::string(TS_SOURCE_DIR) + "/models/treespark-drafter"));
+  }
+  static void TearDownTestSuite() {
+    delete bundle_;
+    bundle_ = nullptr;
+  }
+  void start(RequestOptions defaults, std::optional<spec::CostModel> cost = std::nullopt, int max_batch = 4,
+             int max_queue = 8) {
+    EngineConfig ec;
+    ec.max_batch = max_batch;
+    ec.max_queue = max_queue;
+    ec.max_context = 512;
+    ec.calibration = bundle_->calibration;
+    ec.cost_model = cost;
+    backend_ = std::make_unique<EngineBackend>(*bundle_->target, bundle_->drafter.get(), ec, defaults);
+    ServerOptions so;
+    so.port = 0;
+    so.max_batch = ec.max_batch;
+    so.max_queue = ec.max_queue;
+    server_ = std::make_unique<HttpServer>(so);
+    port_ = server_->bind();
+    server_->start();
+    server_->set_ready(*backend_, describe_model(*bundle_, "treespark-target", backend_->max_context()));
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+    server_.reset();
+    backend_.reset();
+  }
+  httplib::Result post(const json& body) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    return c.Post("/v1/completions", body.dump(), "application/json");
+  }
+  std::vector<int32_t> reference_greedy(const std::string& prompt, int max_tokens) {
+    GenerateOptions opt;
+    opt.mode = DecodeMode::None;
+    opt.sampling.temperature = 0;
+    opt.max_new_tokens = max_tokens;
+    opt.stop_ids = bundle_->stop_ids();
+    Generator g(*bundle_->target, nullptr);
+    return g.generate(bundle_->tokenizer->encode(prompt), opt).ids;
+  }
+  // Sends every prompt at once (streaming and not, alternately) and checks each against the reference.
+  void expect_greedy_identity(const std::vector<std::string>& prompts, int max_tokens) {
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    std::vector<std::string> texts(prompts.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      threads.emplace_back([&, i] {
+        const bool stream = i % 2 == 1;
+        auto r = post({{"prompt", prompts[i]}, {"max_tokens", max_tokens}, {"temperature", 0},
+                       {"return_token_ids", true}, {"stream", stream}});
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        if (stream) {
+          Sse s = parse_sse(r->body);
+          ASSERT_TRUE(s.done);
+          for (const json& e : s.events) texts[i] += e["choices"][0]["text"].get<std::string>();
+          got[i] = s.events.back()["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+        } else {
+          json j = json::parse(r->body);
+          texts[i] = j["choices"][0]["text"];
+          got[i] = j["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> want = reference_greedy(prompts[i], max_tokens);
+      EXPECT_EQ(got[i], want) << "prompt " << i;
+      std::vector<int32_t> shown = want;
+      const std::vector<int32_t> stops = bundle_->stop_ids();
+      if (!shown.empty() && std::find(stops.begin(), stops.end(), shown.back()) != stops.end()) shown.pop_back();
+      EXPECT_EQ(texts[i], bundle_->tokenizer->decode(shown)) << "prompt " << i;
+    }
+  }
+
+  static ModelBundle* bundle_;
+  std::unique_ptr<EngineBackend> backend_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
+ModelBundle* EngineServerTest::bundle_ = nullptr;
+
+const std::vector<std::string> kPrompts = {"def fibonacci(n):\n", "The history of the city", "import numpy as np\n",
+                                           "Once upon a time", "for i in range(10):"};
+
+RequestOptions tree_defaults(const Drafter& d, bool adaptive) {
+  RequestOptions o;
+  o.mode = DecodeMode::Tree;
+  o.tree.theta = 0.05;
+  o.tree.node_cap = 16;
+  o.tree.branch_cap = 4;
+  o.tree.draft_len = d.block_size() - 1;
+  o.adaptive = adaptive;
+  return o;
+}
+
+TEST_F(EngineServerTest, GreedyTreeThroughTheServerEqualsTargetGreedyAtConcurrency5) {
+  start(tree_defaults(*bundle_->drafter, false));
+  expect_greedy_identity(kPrompts, 24);
+  // The speculative counters moved and reached /metrics.
+  httplib::Client c("127.0.0.1", port_);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GT(metric_value(m->body, "vllm:spec_decode_num_drafts_total{model_name=\"treespark-target\""), 0);
+  EXPECT_GT(metric_value(m->body, "vllm:spec_decode_num_accepted_tokens_total{model_name=\"treespark-target\""), 0);
+  EXPECT_GT(metric_value(m->body, "vllm:generation_tokens_total{model_name=\"treespark-target\""), 0);
+}
+
+TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
+  // A steep synthetic cost curve: the policy shrinks trees as the batch grows; greedy output must not change.
+  spec::CostModel cost;
+  cost.batches = {1, 4};
+  cost.tokens = {1, 64};
+  cost.ms = {1.0, 2.0, 1.0, 40.0};
+  start(tree_defaults(*bundle_->drafter, true), cost);
+  expect_greedy_identity({kPrompts[0], kPrompts[1], kPrompts[2]}, 16);
+  server_->stop();
+  server_.reset();
+  backend_.reset();
+  RequestOptions none;
+  none.mode = DecodeMode::None;
+  start(none);
+  expect_greedy_identity({kPrompts[3], kPrompts[4]}, 16);
+}
+
+TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {
+  start(tree_defaults(*bundle_->drafter, false), std::nullopt, 8, 64);  // the serve defaults: all 64 fit
+  constexpr int kClients = 64;
+  std::vector<int> completed(kClients, 0), retries(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      for (int attempt = 0; attempt < 400; ++attempt) {
+        auto r = post({{"prompt", kPrompts[size_t(i) % kPrompts.size()]}, {"max_tokens", 8}, {"temperature", 0.8},
+                       {"seed", i}, {"stream", true}});
+        if (r && (r->status == 429 || r->status == 503)) {  // full: back off as Retry-After says (scaled down)
+          ++retries[size_t(i)];
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          continue;
+        }
+        if (!r || r->status != 200) return;
+        Sse s = parse_sse(r->body);
+        completed[size_t(i)] = s.done && s.events.back()["usage"]["completion_tokens"].get<int>() >= 1;
+        return;
+      }
+    });
+  for (auto& t : threads) t.join();
+  int done = 0, retried = 0;
+  for (int i = 0; i < kClients; ++i) done += completed[size_t(i)], retried += retries[size_t(i)] > 0;
+  EXPECT_EQ(done, kClients);
+  EXPECT_EQ(retried, 0);  // max_batch + max_queue = 72 >= 64: nobody is turned away
+  std::printf("[64 clients] %d completed, %d were told to retry\n", done, retried);
+  // The engine's snapshot is taken after each step: the last step's figures land just after its final events.
+  const auto t0 = std::chrono::steady_clock::now();
+  while ((backend_->metrics().running > 0 || backend_->metrics().kv_cache_usage > 0) &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(backend_->metrics().running, 0);
+  EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
+}
+
+TEST_F(EngineServerTest, DisconnectFreesTheEngineSlotAndKv) {
+  start(tree_defaults(*bundle_->drafter, false));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port_));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(backend_->metrics().running, 1);
+  EXPECT_GT(backend_->metrics().kv_cache_usage, 0);
+  ::close(fd);
+  const auto closed = std::chrono::steady_clock::now();
+  while ((backend_->metrics().running > 0 || backend_->metrics().kv_cache_usage > 0) &&
+         std::chrono::steady_clock::now() - closed < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  EXPECT_EQ(backend_->metrics().running, 0);
+  EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
+  EXPECT_LT(freed_s, 1.0);
+  std::printf("[engine disconnect] slot and KV freed %.3f s after the client closed\n", freed_s);
+}
+
+}  // namespace
+}  // namespace ts::server::testing

@@ -1,0 +1,170 @@
+// treespark serve: the OpenAI-compatible server (src/server) over the batched step engine.
+// Start-up: listen first (/health answers 503 while loading), load the pair, measure or read the cost curve for
+// the load-adaptive policy, then serve. SIGTERM / SIGINT drain: new requests get 503, running ones finish, then
+// the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "commands.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "engine/cost_curve.h"
+#include "engine/model_bundle.h"
+#include "server/engine_backend.h"
+#include "server/http_server.h"
+#include "server/model_setup.h"
+
+namespace ts::cli {
+
+namespace {
+
+struct SpecFlags {
+  std::string mode = "tree", priority = "calibrated";
+  double theta = 0.05;
+  int node_cap = 32, branch_cap = 4, draft_len = -1;
+  bool fixed_theta = false;
+  std::string cost_curve;
+
+  RequestOptions defaults(const Drafter* drafter) const {
+    RequestOptions o;
+    o.mode = !drafter || mode == "none" ? DecodeMode::None : mode == "chain" ? DecodeMode::Chain : DecodeMode::Tree;
+    spec::TreeParams& t = o.tree;
+    t.mode = priority == "marginal" ? spec::TreeMode::Marginal
+             : priority == "logq"   ? spec::TreeMode::LogQ
+                                    : spec::TreeMode::Tree;
+    t.theta = theta;
+    t.node_cap = node_cap;
+    t.branch_cap = branch_cap;
+    t.draft_len = draft_len > 0 ? draft_len : std::max(1, drafter ? drafter->block_size() - 1 : 1);
+    if (o.mode == DecodeMode::Chain) t.node_cap = t.draft_len;
+    o.adaptive = !fixed_theta;
+    return o;
+  }
+};
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics."};
+  std::string model_dir, drafter_dir, name;
+  server::ServerOptions http;
+  EngineConfig engine;
+  SpecFlags spec;
+  int threads = 0, kv_budget_mb = 0;
+  app.add_option("--model", model_dir, "target model folder (Hugging Face layout, with tokenizer.json)")->required();
+  app.add_option("--drafter", drafter_dir, "DSpark drafter folder (without it: no speculation)");
+  app.add_option("--host", http.host, "address to listen on");
+  app.add_option("--port", http.port, "port (0: any free one, printed at start-up)");
+  app.add_option("--api-key", http.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  app.add_option("--max-batch", engine.max_batch, "requests decoded together")->check(CLI::PositiveNumber);
+  app.add_option("--max-queue", engine.max_queue, "requests waiting beyond the batch (then 429)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-context", engine.max_context, "prompt + generated tokens per request")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prefill-chunk", engine.prefill_chunk, "prompt tokens prefilled per step")->check(CLI::PositiveNumber);
+  app.add_option("--kv-budget-mb", kv_budget_mb, "KV memory all requests share (0: max-batch x max-context)");
+  app.add_option("--served-model-name", name, "the model id clients use (default: the target folder's name)");
+  app.add_option("--max-body-bytes", http.max_body_bytes, "larger request bodies get 413");
+  app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
+  app.add_flag("--log-requests", http.access_log, "one line per response on stderr");
+  app.add_option("--mode", spec.mode, "none (target only) | chain | tree")->check(CLI::IsMember({"none", "chain", "tree"}));
+  app.add_option("--priority", spec.priority, "tree priority: calibrated | logq | marginal")
+      ->check(CLI::IsMember({"calibrated", "logq", "marginal"}));
+  app.add_option("--theta", spec.theta, "theta floor: a node needs at least this survival");
+  app.add_option("--node-cap", spec.node_cap, "max draft nodes per round")->check(CLI::PositiveNumber);
+  app.add_option("--branch-cap", spec.branch_cap, "max children per node")->check(CLI::PositiveNumber);
+  app.add_option("--draft-len", spec.draft_len, "chain length (default: block_size - 1)");
+  app.add_flag("--fixed-theta", spec.fixed_theta, "no load-adaptive policy: every round uses --theta");
+  app.add_option("--cost-curve", spec.cost_curve,
+                 "cost model JSON (engine/cost_curve.h: write_cost_model; default: measured at start-up)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (name.empty()) {
+    name = model_dir;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    name = name.substr(name.find_last_of('/') + 1);
+  }
+  http.max_batch = engine.max_batch;
+  http.max_queue = engine.max_queue;
+  if (kv_budget_mb > 0) engine.kv_budget_bytes = int64_t(kv_budget_mb) << 20;
+
+  // SIGTERM / SIGINT go to one waiting thread: block them here, before any thread starts, so every thread
+  // inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop_requested = false;
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::lock_guard<std::mutex> lock(mu);
+    stop_requested = true;
+    cv.notify_all();
+  });
+  // On any exit path (a load error included) the waiter gets its signal and is joined.
+  struct JoinWaiter {
+    std::thread& t;
+    ~JoinWaiter() {
+      if (!t.joinable()) return;
+      ::kill(::getpid(), SIGTERM);  // blocked everywhere: only the waiter's sigwait takes it
+      t.join();
+    }
+  } join_waiter{signal_waiter};
+
+  server::HttpServer server(http);
+  const int port = server.bind();
+  server.start();
+  std::fprintf(stderr, "treespark serve: listening on http://%s:%d (loading %s)\n", http.host.c_str(), port,
+               model_dir.c_str());
+
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  set_num_threads(threads > 0 ? threads : default_threads_for(bundle.target->weight_bytes()));
+  RequestOptions defaults = spec.defaults(bundle.drafter.get());
+  engine.calibration = bundle.calibration;
+  if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {
+    if (!spec.cost_curve.empty()) {
+      engine.cost_model = read_cost_model(spec.cost_curve);
+    } else {
+      std::fprintf(stderr, "treespark serve: measuring the cost curve L(b, k) for the load-adaptive policy ...\n");
+      ServingCostOptions co;
+      co.batches = server::batch_ladder(engine.max_batch);
+      co.context = std::min(co.context, bundle.target->config().max_position_embeddings - 80);
+      engine.cost_model = measure_serving_cost(*bundle.target, bundle.drafter.get(), co);
+    }
+  }
+  auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine, defaults);
+  server.set_ready(*backend, server::describe_model(bundle, name, backend->max_context()));
+  std::fprintf(stderr, "treespark serve: ready: model '%s', mode %s%s, max batch %d, max queue %d, context %d\n",
+               name.c_str(), defaults.mode == DecodeMode::None ? "none" : spec.mode.c_str(),
+               engine.cost_model ? " (load-adaptive)" : "", engine.max_batch, engine.max_queue, backend->max_context());
+
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stop_requested; });
+  }
+  std::fprintf(stderr, "treespark serve: draining (%d requests in flight)\n", server.in_flight());
+  server.begin_drain();
+  server.wait_idle(1e9);  // running requests finish; their streams end with [DONE]
+  backend->drain();
+  server.stop();
+  backend.reset();
+  std::fprintf(stderr, "treespark serve: drained, exiting\n");
+  return 0;
+}
+
+}  // namespace ts::cli
