@@ -2,7 +2,8 @@
 # Installs treespark's build and test dependencies from Debian 12's packages. Idempotent: does nothing when all
 # are present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
+pkgs=(build-essential cmake ninja-build pkg-config ca-certificates libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
+      libcpp-httplib-dev
       libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
