@@ -11,39 +11,22 @@
 #include "engine/generator.h"
 #include "model/model_test_util.h"
 #include "model/random_checkpoint.h"
+#include "engine/tiny_pair.h"
 
 namespace ts {
 namespace {
 
-struct Pair {
-  std::unique_ptr<TargetModel> target;
-  std::unique_ptr<Drafter> drafter;
-};
+using testing::Pair;
 
-Pair make_ragged_pair(DType dtype, uint64_t seed) {
-  const std::string dir = testing::temp_dir("greedy_isa");
+testing::Pair make_ragged_pair(DType dtype, uint64_t seed) {
   const int vocab = 20, hidden = 40, layers = 2;
   ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
   c.head_dim = 12;
   c.intermediate_size = 72;
-  write_random_model(dir + "/target", c, dtype, seed);
-  DrafterConfig d;
-  d.block_size = 6;
-  d.markov_rank = 4;
-  d.target_layer_ids = {0, layers - 1};
-  d.mask_token_id = vocab - 1;
-  d.num_layers = 1;
-  d.hidden_size = hidden;
-  d.target_hidden_size = hidden;
+  DrafterConfig d = testing::tiny_drafter_config(vocab, hidden, layers, /*block=*/6);
   d.head_dim = 12;
-  d.num_heads = 4;
-  d.num_kv_heads = 2;
   d.intermediate_size = 72;
-  d.vocab_size = vocab;
-  write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
-  auto target = TargetModel::load(dir + "/target");
-  auto drafter = Drafter::load(dir + "/drafter", target->config());
-  return Pair{std::move(target), std::move(drafter)};
+  return testing::write_and_load_pair("greedy_isa", c, d, dtype, seed);
 }
 
 class GreedyUnderEachIsa : public ::testing::TestWithParam<std::tuple<Isa, DType>> {

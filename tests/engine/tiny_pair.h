@@ -19,11 +19,9 @@ struct Pair {
   std::unique_ptr<Drafter> drafter;
 };
 
-// A random Qwen3-shaped target (vocab, hidden, layers) and a DSpark drafter of block size `block` over it.
-inline Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype, uint64_t seed) {
-  const std::string dir = temp_dir("pair");
-  ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
-  write_random_model(dir + "/target", c, dtype, seed);
+// A DSpark drafter config of block size `block` over a target of (vocab, hidden, layers): rank-4 Markov head, taps
+// at the first and last layer, one layer of 4 heads of 16 (callers may reshape it before writing).
+inline DrafterConfig tiny_drafter_config(int vocab, int hidden, int layers, int block) {
   DrafterConfig d;
   d.block_size = block;
   d.markov_rank = 4;
@@ -37,10 +35,24 @@ inline Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype,
   d.num_kv_heads = 2;
   d.intermediate_size = hidden * 2;
   d.vocab_size = vocab;
+  return d;
+}
+
+// Writes random weights for target config c and drafter config d under a new temp folder and loads the pair.
+inline Pair write_and_load_pair(const std::string& name, const ModelConfig& c, const DrafterConfig& d, DType dtype,
+                                uint64_t seed) {
+  const std::string dir = temp_dir(name);
+  write_random_model(dir + "/target", c, dtype, seed);
   write_random_drafter(dir + "/drafter", d, dtype, seed + 1);
   auto target = TargetModel::load(dir + "/target");
   auto drafter = Drafter::load(dir + "/drafter", target->config());
   return Pair{std::move(target), std::move(drafter)};
+}
+
+// A random Qwen3-shaped target (vocab, hidden, layers) and a DSpark drafter of block size `block` over it.
+inline Pair make_pair(int vocab, int hidden, int layers, int block, DType dtype, uint64_t seed) {
+  return write_and_load_pair("pair", tiny_qwen3_config(vocab, hidden, layers),
+                             tiny_drafter_config(vocab, hidden, layers, block), dtype, seed);
 }
 
 // Greedy target-only continuation of `prompt`, one token per forward (the reference every mode must equal).
