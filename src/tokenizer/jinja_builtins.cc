@@ -58,7 +58,7 @@ Value attribute_of(const Value& item, const std::string& path) {
 
 Value items_of(const Value& o) {
   Array out;
-  for (const auto& [k, v] : *o.object) out.push_back(Value::of(Array{Value::of_string(k), v}));
+  for (const auto& [k, v] : *o.object) out.push_back(Value::of(Array{key_value(k), v}));
   return Value::of(std::move(out));
 }
 
@@ -392,7 +392,7 @@ Value builtin_member(const Value& object, const std::string& name) {
   if (name == "keys")
     return method([o](Args&, Scope&) {
       Array keys;
-      for (const auto& kv : *o.object) keys.push_back(Value::of_string(kv.first));
+      for (const auto& kv : *o.object) keys.push_back(key_value(kv.first));
       return Value::of(std::move(keys));
     });
   if (name == "values")

@@ -190,7 +190,7 @@ Value Interpreter::eval_for(const Node& node, Scope& parent) {
   if (iterable.is(K::kArray)) {
     items_in = *iterable.array;
   } else if (iterable.is(K::kObject)) {
-    for (const auto& kv : *iterable.object) items_in.push_back(Value::of_string(kv.first));
+    for (const auto& kv : *iterable.object) items_in.push_back(key_value(kv.first));
   } else {
     runtime_error(std::string("expected a list or mapping to loop over, got ") + iterable.type_name());
   }

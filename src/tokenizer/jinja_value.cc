@@ -118,6 +118,8 @@ const Value* find_key(const Object& o, const std::string& key) {
   return nullptr;
 }
 
+Value key_value(const std::string& key) { return Value::of(Text(key, /*input=*/true)); }
+
 void set_key(Object& o, const std::string& key, Value v) {
   for (auto& [k, old] : o)
     if (k == key) {

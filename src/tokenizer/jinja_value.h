@@ -74,6 +74,9 @@ struct Value {
 };
 
 const Value* find_key(const Object& o, const std::string& key);
+// A mapping key as a string value, marked as caller data: keys mostly come from the caller (tool-call arguments),
+// and a key the template wrote itself never holds special-token text.
+Value key_value(const std::string& key);
 void set_key(Object& o, const std::string& key, Value v);
 
 bool truthy(const Value& v);

