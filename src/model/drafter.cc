@@ -83,35 +83,8 @@ void Drafter::extend_context(DrafterState& state, const float* taps, const int32
 }
 
 void Drafter::draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits) {
-  const int B = config_.block_size, H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
-  block_tokens_.assign(B, config_.mask_token_id);  // [B]
-  block_tokens_[0] = anchor;
-  block_positions_.resize(B);  // [B]
-  for (int i = 0; i < B; ++i) block_positions_[i] = anchor_pos + i;
-  x_.resize(size_t(B) * H);
-  q_.resize(size_t(B) * Q);
-  attn_.resize(size_t(B) * Q);
-  embed(block_tokens_.data(), B, x_.data());
-  KVCache& cache = state.context;
-  // The block sees the whole context and itself without a mask; its k/v live as pending rows for one layer at
-  // a time, so the mask ([B, context + B], all ones) is the same in every layer.
-  cache.begin_append(B);
-  mask_.assign(size_t(B) * (cache.length() + B), 1);
-  for (int l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& w = layers_[l];
-    cache.begin_append(B);
-    const size_t at = size_t(cache.length()) * KV;
-    scratch_.h.resize(size_t(B) * H);
-    kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), B, H, shape_.eps);
-    project_qkv(w, shape_, scratch_.h.data(), block_positions_.data(), B, scratch_, q_.data(), cache.keys(l) + at,
-                cache.values(l) + at);
-    masked_cache_attention(shape_, cache, l, q_.data(), B, mask_.data(), attn_.data());
-    attn_out_residual(w, shape_, attn_.data(), x_.data(), B, scratch_);
-    mlp_residual(w, shape_, x_.data(), B, scratch_);
-  }
-  cache.drop_pending();
-  kernels::rmsnorm(x_.data(), final_norm_.data(), x_.data(), B, H, shape_.eps);
-  lm_head_.forward(x_.data(), B, base_logits);
+  block_states_.assign(1, &state);
+  draft_blocks(block_states_, &anchor, &anchor_pos, base_logits);
 }
 
 void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32_t* anchors,
@@ -120,32 +93,36 @@ void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32
   if (n == 0) return;
   const int B = config_.block_size, H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
   const int rows = n * B;
-  std::vector<int32_t> tokens(rows, config_.mask_token_id), positions(rows);  // [n * B]
+  block_tokens_.assign(rows, config_.mask_token_id);  // [n * B]
+  block_positions_.resize(rows);                      // [n * B]
+  if (block_masks_.size() < size_t(n)) block_masks_.resize(n);
   for (int s = 0; s < n; ++s) {
     TS_CHECK(states[s], "draft_blocks: null state ", s);
-    tokens[size_t(s) * B] = anchors[s];
-    for (int i = 0; i < B; ++i) positions[size_t(s) * B + i] = anchor_pos[s] + i;
+    block_tokens_[size_t(s) * B] = anchors[s];
+    for (int i = 0; i < B; ++i) block_positions_[size_t(s) * B + i] = anchor_pos[s] + i;
+    // Block s sees its whole context and itself without a mask: [B, context + B] ones, the same in every layer.
+    block_masks_[s].assign(size_t(B) * (states[s]->context.length() + B), 1);
   }
   x_.resize(size_t(rows) * H);
   q_.resize(size_t(rows) * Q);
   attn_.resize(size_t(rows) * Q);
-  embed(tokens.data(), rows, x_.data());
-  std::vector<float> k_rows(size_t(rows) * KV), v_rows(size_t(rows) * KV);  // [n * B, kv_dim]
-  std::vector<uint8_t> all_visible(size_t(B) * B, 1);                       // [B, B]: no mask within a block
+  block_kv_.resize(2 * size_t(rows) * KV);  // [2, n * B, kv_dim]: this layer's k then v rows of every block
+  float* k_rows = block_kv_.data();
+  float* v_rows = k_rows + size_t(rows) * KV;
+  embed(block_tokens_.data(), rows, x_.data());
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     scratch_.h.resize(size_t(rows) * H);
     kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), rows, H, shape_.eps);
-    project_qkv(w, shape_, scratch_.h.data(), positions.data(), rows, scratch_, q_.data(), k_rows.data(),
-                v_rows.data());
+    project_qkv(w, shape_, scratch_.h.data(), block_positions_.data(), rows, scratch_, q_.data(), k_rows, v_rows);
     for (int s = 0; s < n; ++s) {  // each block attends to its own context plus itself, as pending rows
       KVCache& cache = states[s]->context;
       cache.begin_append(B);
       const size_t at = size_t(cache.length()) * KV;
-      std::memcpy(cache.keys(l) + at, &k_rows[size_t(s) * B * KV], sizeof(float) * B * KV);
-      std::memcpy(cache.values(l) + at, &v_rows[size_t(s) * B * KV], sizeof(float) * B * KV);
-      cached_attention(shape_, cache, l, &q_[size_t(s) * B * Q], B, all_visible.data(), B, mask_,
-                       &attn_[size_t(s) * B * Q]);
+      std::memcpy(cache.keys(l) + at, k_rows + size_t(s) * B * KV, sizeof(float) * B * KV);
+      std::memcpy(cache.values(l) + at, v_rows + size_t(s) * B * KV, sizeof(float) * B * KV);
+      masked_cache_attention(shape_, cache, l, &q_[size_t(s) * B * Q], B, block_masks_[s].data(),
+                             &attn_[size_t(s) * B * Q]);
       cache.drop_pending();
     }
     attn_out_residual(w, shape_, attn_.data(), x_.data(), rows, scratch_);

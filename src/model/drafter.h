@@ -47,13 +47,13 @@ class Drafter {
   void extend_context(DrafterState& state, const float* taps, const int32_t* positions, int n);
 
   // One forward over [anchor, mask x (block_size-1)] at positions anchor_pos.. -> base logits U: [block_size, vocab].
-  // The context is unchanged.
+  // The context is unchanged. draft_blocks with one state.
   void draft_block(DrafterState& state, int32_t anchor, int32_t anchor_pos, float* base_logits);
 
   // Batched draft_block: ONE forward over n blocks, block i = [anchors[i], mask x (block_size-1)] at positions
   // anchor_pos[i].., attending to states[i]'s context and to itself only. base_logits: [n, block_size, vocab].
-  // Block i's logits equal draft_block(*states[i], anchors[i], anchor_pos[i]) (every kernel is row-wise
-  // batch-invariant). The contexts are unchanged.
+  // Block i's logits do not depend on the other blocks (every kernel is row-wise batch-invariant: engine_test
+  // checks n blocks against one at a time). The contexts are unchanged.
   void draft_blocks(const std::vector<DrafterState*>& states, const int32_t* anchors, const int32_t* anchor_pos,
                     float* base_logits);
 
@@ -94,8 +94,10 @@ class Drafter {
   mutable std::vector<int32_t> memo_slot_;      // [vocab] row holding token t, -1 = none
   mutable uint64_t memo_clock_ = 0;
   mutable long memo_hits_ = 0, memo_misses_ = 0;
-  std::vector<uint8_t> mask_;                           // [block, context + block] attention mask
-  std::vector<int32_t> block_tokens_, block_positions_;  // [block]
+  std::vector<std::vector<uint8_t>> block_masks_;       // [n][block, context_n + block] attention masks
+  std::vector<int32_t> block_tokens_, block_positions_;  // [n * block]
+  std::vector<float> block_kv_;                          // [2, n * block, kv_dim] one layer's block k/v rows
+  std::vector<DrafterState*> block_states_;              // [1]: draft_block's one state
 };
 
 }  // namespace ts
