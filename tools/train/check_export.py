@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "py"))
 import reference_drafter  # noqa: E402
 import reference_model  # noqa: E402
 from model import Drafter, DrafterConfig  # noqa: E402
-from export import read_safetensors  # noqa: E402
+from export import read_folder  # noqa: E402
 from train_drafter import load_target  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main():
             hf = json.load(f)
         c = DrafterConfig(**{k: hf[k] for k in DrafterConfig.__dataclass_fields__})
         drafter = Drafter(c)
-        drafter.load_state_dict(read_safetensors(os.path.join(args.drafter, "model.safetensors")))
+        drafter.load_state_dict(read_folder(args.drafter))
         drafter.eval()
         ref_taps = torch.cat([ref_hidden[l] for l in c.target_layer_ids], dim=-1)  # [S, n_taps*Ht] float64
         anchors = torch.tensor([[1, 2, 7, args.seq // 2, args.seq - c.block_size - 1]])

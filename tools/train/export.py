@@ -48,6 +48,50 @@ def read_safetensors(path):
     return out
 
 
+SHARD_BYTES = 45_000_000  # shards stay under 50 MB, so a clone never meets a per-file size limit
+INDEX = "model.safetensors.index.json"
+
+
+def write_folder(out_dir, tensors, metadata=None, max_bytes=SHARD_BYTES):
+    """model.safetensors, or, past max_bytes, model-0000i-of-0000n.safetensors + the Hugging Face index naming the
+    shard of every tensor (tensors kept whole, in name order). Stale files of the other layout are removed."""
+    sizes = {k: tensors[k].numel() * 2 for k in tensors}
+    groups, cur, cur_bytes = [], [], 0
+    for name in sorted(tensors):
+        if cur and cur_bytes + sizes[name] > max_bytes:
+            groups.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(name)
+        cur_bytes += sizes[name]
+    groups.append(cur)
+    for fn in os.listdir(out_dir):
+        if fn == INDEX or (fn.startswith("model") and fn.endswith(".safetensors")):
+            os.remove(os.path.join(out_dir, fn))
+    if len(groups) == 1:
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, metadata)
+        return
+    weight_map = {}
+    for i, names in enumerate(groups):
+        fn = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        write_safetensors(os.path.join(out_dir, fn), {k: tensors[k] for k in names}, metadata)
+        weight_map.update({k: fn for k in names})
+    write_json(os.path.join(out_dir, INDEX), {"metadata": {"total_size": sum(sizes.values())},
+                                              "weight_map": weight_map})
+
+
+def read_folder(folder):
+    """-> {name: float32 tensor} of a folder in either layout of write_folder."""
+    index = os.path.join(folder, INDEX)
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(folder, "model.safetensors"))
+    with open(index) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for fn in files:
+        out.update(read_safetensors(os.path.join(folder, fn)))
+    return out
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2)
@@ -59,7 +103,7 @@ def export_target(model, tokenizer_dir, out_dir, tok_ids, metadata=None):
     c = model.c
     os.makedirs(out_dir, exist_ok=True)
     tensors = {"model." + k: v for k, v in model.state_dict().items()}
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, metadata)
+    write_folder(out_dir, tensors, metadata)
     write_json(os.path.join(out_dir, "config.json"), {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
         "vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
@@ -84,7 +128,7 @@ def export_drafter(model, out_dir, metadata=None):
     """model: model.Drafter -> DSpark drafter folder (tensor names without a "model." prefix)."""
     c = model.c
     os.makedirs(out_dir, exist_ok=True)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), dict(model.state_dict()), metadata)
+    write_folder(out_dir, dict(model.state_dict()), metadata)
     write_json(os.path.join(out_dir, "config.json"), {
         "architectures": ["DSparkDrafter"], "model_type": "dspark_drafter",
         "block_size": c.block_size, "markov_rank": c.markov_rank, "target_layer_ids": list(c.target_layer_ids),

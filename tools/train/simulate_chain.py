@@ -16,7 +16,7 @@ import os
 import torch
 
 from bpe import Tokenizer
-from export import read_safetensors
+from export import read_folder
 from model import Drafter, DrafterConfig
 from sample import render_chat
 from train_drafter import load_target
@@ -26,7 +26,7 @@ def load_drafter(folder):
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
     d = Drafter(DrafterConfig(**{k: hf[k] for k in DrafterConfig.__dataclass_fields__}))
-    d.load_state_dict(read_safetensors(os.path.join(folder, "model.safetensors")))
+    d.load_state_dict(read_folder(folder))
     return d.eval()
 
 

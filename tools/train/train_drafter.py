@@ -32,7 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from export import export_drafter, read_safetensors
+from export import export_drafter, read_folder
+from grow_target import load_drafter
 from model import Drafter, DrafterConfig, Target, TargetConfig, config_dict
 
 
@@ -41,7 +42,7 @@ def load_target(folder, device):
         hf = json.load(f)
     c = TargetConfig(**{k: hf[k] for k in TargetConfig.__dataclass_fields__})
     model = Target(c)
-    w = read_safetensors(os.path.join(folder, "model.safetensors"))  # the shipped bf16 values
+    w = read_folder(folder)  # the shipped bf16 values (one file or shards)
     model.load_state_dict({k[len("model."):]: v for k, v in w.items()})
     model.to(device).eval()
     for p in model.parameters():
@@ -145,6 +146,12 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-windows", type=int, default=96, help="validation windows of the final evaluation")
     ap.add_argument("--export-every-min", type=float, default=8.0)
+    ap.add_argument("--init-from", default=None,
+                    help="start from an exported drafter folder (e.g. grow_target.py's carried-along drafter); "
+                         "its config gives the shape and taps")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on from --ckpt if it holds a resumable state, with the same arguments")
+    ap.add_argument("--ckpt-every-min", type=float, default=5.0, help="resumable checkpoint period")
     args = ap.parse_args()
 
     if args.device == "cpu":
@@ -159,26 +166,54 @@ def main():
     taps = [int(x) for x in args.taps.split(",")] if args.taps else sorted({0, L // 2, L - 1})
     with open(os.path.join(args.target, "tokenizer.json")) as f:
         mask_id = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}["<|mask|>"]
-    dc = DrafterConfig(vocab_size=tc.vocab_size, hidden_size=tc.hidden_size, intermediate_size=tc.intermediate_size,
-                       num_hidden_layers=args.layers, num_attention_heads=tc.num_attention_heads,
-                       num_key_value_heads=tc.num_key_value_heads, head_dim=tc.head_dim,
-                       rms_norm_eps=tc.rms_norm_eps, rope_theta=tc.rope_theta, block_size=args.block,
-                       markov_rank=args.rank, target_layer_ids=taps, target_hidden_size=tc.hidden_size,
-                       mask_token_id=mask_id)
-    drafter = Drafter(dc).to(args.device)
-    with torch.no_grad():  # same width as the target: start from its (tied) embedding as input and output table
-        drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
-        drafter.lm_head.weight.copy_(target.embed_tokens.weight)
+    if args.init_from:
+        drafter = load_drafter(args.init_from).to(args.device)
+        dc = drafter.c
+        taps = list(dc.target_layer_ids)
+        if dc.target_hidden_size != tc.hidden_size or max(taps) >= L:
+            raise SystemExit(f"{args.init_from} does not fit target {args.target}")
+    else:
+        dc = DrafterConfig(vocab_size=tc.vocab_size, hidden_size=tc.hidden_size, intermediate_size=tc.intermediate_size,
+                           num_hidden_layers=args.layers, num_attention_heads=tc.num_attention_heads,
+                           num_key_value_heads=tc.num_key_value_heads, head_dim=tc.head_dim,
+                           rms_norm_eps=tc.rms_norm_eps, rope_theta=tc.rope_theta, block_size=args.block,
+                           markov_rank=args.rank, target_layer_ids=taps, target_hidden_size=tc.hidden_size,
+                           mask_token_id=mask_id)
+        drafter = Drafter(dc).to(args.device)
+        with torch.no_grad():  # same width as the target: start from its (tied) embedding as input and output table
+            drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
+            drafter.lm_head.weight.copy_(target.embed_tokens.weight)
     n_params = sum(p.numel() for p in drafter.parameters())
     print(f"drafter {config_dict(dc)}: {n_params / 1e6:.2f}M parameters", flush=True)
     decay = [p for p in drafter.parameters() if p.dim() == 2]
     no_decay = [p for p in drafter.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    t0 = last_export = time.time()
-    step, windows, log = 0, 0, []
+    step, windows, log, done_s = 0, 0, [], 0.0  # done_s: training seconds of earlier runs of a resumed schedule
+    if args.resume and os.path.exists(args.ckpt):
+        ck = torch.load(args.ckpt)
+        if "optim" not in ck:
+            raise SystemExit(f"{args.ckpt} is an export checkpoint without optimiser state; cannot resume")
+        drafter.load_state_dict(ck["state"])
+        opt.load_state_dict(ck["optim"])
+        step, windows, log, done_s = ck["step"], ck["windows"], ck["log"], ck["elapsed_s"]
+        rng.bit_generator.state = ck["rng"]
+        torch.set_rng_state(ck["torch_rng"])
+        print(f"resumed at step {step}, {windows} windows, {done_s / 60:.1f} min", flush=True)
+    elif args.init_from:
+        m = evaluate(drafter, target, val_tok, taps, args.seq, 32, 16, 7, args.device)
+        log.append({"step": 0, "minutes": 0.0, **m})
+        print(f"eval step 0 {json.dumps(m)}", flush=True)
+
+    def save_resumable():
+        torch.save({"cfg": config_dict(dc), "state": drafter.state_dict(), "optim": opt.state_dict(), "step": step,
+                    "windows": windows, "log": log, "elapsed_s": done_s + time.time() - t0,
+                    "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
+        os.replace(args.ckpt + ".tmp", args.ckpt)
+
+    t0 = last_export = last_ckpt = time.time()
     while True:
-        progress = (time.time() - t0) / (args.minutes * 60) if args.minutes else step / args.steps
+        progress = (done_s + time.time() - t0) / (args.minutes * 60) if args.minutes else step / args.steps
         if progress >= 1.0:
             break
         lr = args.lr * ((step + 1) / args.warmup if step < args.warmup
@@ -197,20 +232,23 @@ def main():
         step += 1
         windows += args.batch
         if step % 10 == 0:
-            el = time.time() - t0
+            el = done_s + time.time() - t0
             print(f"step {step} loss {loss.item():.3f} kl {kl.item():.3f} lr {lr:.2e} windows {windows} "
                   f"{windows * args.seq / el:.0f} target tok/s {el / 60:.1f} min", flush=True)
         if step % args.eval_every == 0:
             m = evaluate(drafter, target, val_tok, taps, args.seq, 32, 16, 7, args.device)
-            log.append({"step": step, "minutes": (time.time() - t0) / 60, **m})
+            log.append({"step": step, "minutes": (done_s + time.time() - t0) / 60, **m})
             print(f"eval step {step} {json.dumps(m)}", flush=True)
+        if time.time() - last_ckpt > args.ckpt_every_min * 60:
+            save_resumable()
+            last_ckpt = time.time()
         if time.time() - last_export > args.export_every_min * 60:
             export_drafter(drafter, args.out, {"step": str(step)})
             last_export = time.time()
             print(f"exported step {step}", flush=True)
-    train_s = time.time() - t0
+    train_s = done_s + time.time() - t0
     export_drafter(drafter, args.out, {"step": str(step)})
-    torch.save({"cfg": config_dict(dc), "state": drafter.state_dict(), "step": step}, args.ckpt)
+    save_resumable()
     m = evaluate(drafter, target, val_tok, taps, args.seq, args.eval_windows, 16, 11, args.device)
     summary = {"params": n_params, "steps": step, "windows": windows, "anchors_per_window": args.anchors,
                "train_seconds": round(train_s), "val": m, "args": vars(args), "curve": log}

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from export import export_target
+from grow_target import load_target
 from model import Target, TargetConfig, config_dict
 
 
@@ -78,6 +79,13 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--export-every-min", type=float, default=10.0)
+    ap.add_argument("--init-from", default=None,
+                    help="start from an exported target folder (its config.json gives the shape; e.g. the output "
+                         "of grow_target.py) instead of a random initialisation")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on from --ckpt if it holds a resumable state (model, optimiser, step, data RNG, "
+                         "elapsed minutes), with the same arguments")
+    ap.add_argument("--ckpt-every-min", type=float, default=5.0, help="resumable checkpoint period")
     args = ap.parse_args()
 
     if args.device == "cpu":
@@ -88,10 +96,15 @@ def main():
     val_tok = np.load(os.path.join(args.data, "val.npy"))
     with open(os.path.join(args.tokenizer, "tokenizer.json")) as f:
         tok_ids = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}
-    cfg = TargetConfig(vocab_size=4096, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                       num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads)
-    model = Target(cfg).to(args.device)
+    if args.init_from:
+        model = load_target(args.init_from)
+        cfg = model.c
+        model = model.to(args.device)
+    else:
+        cfg = TargetConfig(vocab_size=4096, hidden_size=args.hidden, intermediate_size=args.intermediate,
+                           num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                           num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads)
+        model = Target(cfg).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"target {config_dict(cfg)}: {n_params / 1e6:.2f}M parameters; train {len(train_tok)} val {len(val_tok)} "
           f"tokens", flush=True)
@@ -99,10 +112,32 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-    t0 = last_export = time.time()
-    step, seen, log = 0, 0, []
+    step, seen, log, done_s = 0, 0, [], 0.0  # done_s: training seconds of earlier runs of a resumed schedule
+    if args.resume and os.path.exists(args.ckpt):
+        ck = torch.load(args.ckpt)
+        if "optim" not in ck:
+            raise SystemExit(f"{args.ckpt} is an export checkpoint without optimiser state; cannot resume")
+        model.load_state_dict(ck["state"])
+        opt.load_state_dict(ck["optim"])
+        step, seen, log, done_s = ck["step"], ck["seen"], ck["log"], ck["elapsed_s"]
+        rng.bit_generator.state = ck["rng"]
+        torch.set_rng_state(ck["torch_rng"])
+        print(f"resumed at step {step}, {seen} tokens, {done_s / 60:.1f} min", flush=True)
+    if args.init_from:
+        vl0 = evaluate(model, val_tok, args.seq, 16, args.device, max_tokens=30_000)
+        print(f"initial val_loss(30k tokens) {vl0:.3f}", flush=True)
+        if not log:
+            log.append({"step": 0, "tokens": 0, "minutes": 0.0, "val_loss_30k": vl0})
+
+    def save_resumable():
+        torch.save({"cfg": config_dict(cfg), "state": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                    "seen": seen, "log": log, "elapsed_s": done_s + time.time() - t0, "rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
+        os.replace(args.ckpt + ".tmp", args.ckpt)  # a stop mid-write leaves the previous checkpoint
+
+    t0 = last_export = last_ckpt = time.time()
     while True:
-        elapsed = time.time() - t0
+        elapsed = done_s + time.time() - t0
         progress = elapsed / (args.minutes * 60) if args.minutes else step / args.steps
         if progress >= 1.0:
             break
@@ -121,25 +156,27 @@ def main():
         step += 1
         seen += x.numel()
         if step % 20 == 0:
-            el = time.time() - t0
+            el = done_s + time.time() - t0
             print(f"step {step} loss {loss.item():.3f} lr {lr:.2e} tokens {seen} {seen / el:.0f} tok/s "
                   f"{el / 60:.1f} min", flush=True)
         if step % args.eval_every == 0:
             vl = evaluate(model, val_tok, args.seq, 16, args.device, max_tokens=30_000)
-            log.append({"step": step, "tokens": seen, "minutes": (time.time() - t0) / 60, "val_loss_30k": vl})
+            log.append({"step": step, "tokens": seen, "minutes": (done_s + time.time() - t0) / 60, "val_loss_30k": vl})
             print(f"eval step {step} val_loss(30k tokens) {vl:.3f} ppl {math.exp(vl):.1f}", flush=True)
+        if time.time() - last_ckpt > args.ckpt_every_min * 60:
+            save_resumable()
+            last_ckpt = time.time()
         if time.time() - last_export > args.export_every_min * 60:
-            torch.save({"cfg": config_dict(cfg), "state": model.state_dict(), "step": step}, args.ckpt)
             export_target(model, args.tokenizer, args.out, tok_ids, {"step": str(step)})
             last_export = time.time()
             print(f"exported step {step}", flush=True)
-    train_s = time.time() - t0
+    train_s = done_s + time.time() - t0
     vl = evaluate(model, val_tok, args.seq, 16, args.device)
     summary = {"params": n_params, "steps": step, "tokens_seen": seen, "train_seconds": round(train_s),
                "tokens_per_second": round(seen / train_s), "val_loss": vl, "val_ppl": math.exp(vl),
                "val_tokens": (len(val_tok) - 1) // args.seq * args.seq, "args": vars(args), "curve": log}
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}), flush=True)
-    torch.save({"cfg": config_dict(cfg), "state": model.state_dict(), "step": step}, args.ckpt)
+    save_resumable()
     export_target(model, args.tokenizer, args.out, tok_ids, {"step": str(step)})
     with open(args.ckpt.replace(".pt", "_summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
