@@ -17,6 +17,7 @@
 #include "core/mapped_file.h"
 #include "core/timer.h"
 #include "engine/cost_curve.h"
+#include "model/drafter.h"
 #include "model/random_checkpoint.h"
 #include "model/target_model.h"
 
@@ -78,9 +79,46 @@ struct VariantResult {
   spec::CostModel cost;
 };
 
+// The drafter's share of a round, next to the target's decode step (last variant measured): one block forward
+// for b sequences at once, and the context extension by n committed tokens (what a round appends).
+nlohmann::json bench_drafter(const std::string& dir, TargetModel& target, int context, const std::vector<int>& batches,
+                             int reps, const std::vector<VariantResult>& variants) {
+  auto drafter = Drafter::load(dir, target.config());
+  const double step_ms = variants.back().cost.ms[0];
+  const std::vector<double> block_ms = measure_draft_ms_by_batch(*drafter, context, batches, std::max(reps, 5));
+  std::printf("\ndrafter %s: block %d, context %d; ISA %s; target decode step (batch 1, k=1) %.2f ms\n",
+              dir.c_str(), drafter->block_size(), context, isa_name(variants.back().isa), step_ms);
+  nlohmann::json j{{"folder", dir}, {"target_step_ms", step_ms}};
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const double target_b = variants.back().cost.ms[bi * variants.back().cost.tokens.size()];
+    std::printf("  block forward, batch %-3d %7.3f ms  (%5.1f%% of the target's k=1 forward at that batch)\n",
+                batches[bi], block_ms[bi], 100 * block_ms[bi] / target_b);
+    j["block_forward"].push_back({{"batch", batches[bi]}, {"ms", block_ms[bi]}, {"target_k1_ms", target_b}});
+  }
+  std::vector<float> taps(size_t(context + 64 * (reps + 2)) * drafter->tap_width(), 0.25f);  // [rows, tap_width]
+  std::vector<int32_t> positions(context + 64 * (reps + 2));
+  std::iota(positions.begin(), positions.end(), 0);
+  for (int n : {1, 4, 8}) {
+    DrafterState state = drafter->new_state(int(positions.size()) + 1);
+    drafter->extend_context(state, taps.data(), positions.data(), context);
+    std::vector<double> times;
+    int at = context;
+    for (int r = 0; r < reps + 1; ++r, at += n) {
+      const double t0 = now_ms();
+      drafter->extend_context(state, taps.data() + size_t(at) * drafter->tap_width(), positions.data() + at, n);
+      if (r > 0) times.push_back(now_ms() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    const double ms = times[times.size() / 2];
+    std::printf("  context extension by %d token(s) %7.3f ms\n", n, ms);
+    j["extend"].push_back({{"tokens", n}, {"ms", ms}});
+  }
+  return j;
+}
+
 int bench_forward(int argc, char** argv) {
   CLI::App app{"Cost of one target forward of k tokens per sequence over a context, for several batch sizes."};
-  std::string model_dir, json_out = "bench_forward.json", isa_list;
+  std::string model_dir, drafter_dir, json_out = "bench_forward.json", isa_list;
   int context = 512, reps = 5, threads = 0, prefill_tokens = 128;
   std::vector<int> ks = {1, 2, 4, 8, 16, 32, 64}, batches = {1, 2, 4, 8};
   app.add_option("--model", model_dir, "model folder (default: generate a random ~0.5B Qwen3-shaped bf16 model)");
@@ -93,6 +131,9 @@ int bench_forward(int argc, char** argv) {
   app.add_option("--isa", isa_list,
                  "kernel variants to measure side by side, comma-separated: scalar, avx2, avx512, avx512bf16 "
                  "(default: the active one, $TREESPARK_ISA or the best this CPU has)");
+  app.add_option("--drafter", drafter_dir,
+                 "also time this drafter's round pieces (block forward per batch, context extension) against the "
+                 "target's decode step");
   app.add_option("--json", json_out, "write results here");
   try {
     app.parse(argc, argv);
@@ -195,7 +236,10 @@ int bench_forward(int argc, char** argv) {
                 i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill_tps, decode_tps,
                 prefill_tps / decode_tps);
   }
+  nlohmann::json drafter_json;
+  if (!drafter_dir.empty()) drafter_json = bench_drafter(drafter_dir, *model, context, batches, reps, variants);
   nlohmann::json out{{"model", model_dir},
+                     {"drafter", drafter_json},
                      {"context", context},
                      {"threads", num_threads()},
                      {"weight_gb", weight_gb},

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,17 @@
 #include "core/error.h"
 
 namespace ts {
+
+namespace {
+
+// Linux >= 5.16 hands the AMX tile data state only to processes that ask (ARCH_REQ_XCOMP_PERM, XTILEDATA).
+bool request_amx_permission() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
@@ -26,6 +38,11 @@ const CpuFeatures& cpu_features() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
     f.f16c = (ecx >> 29) & 1;
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16; then Linux must grant the tile state.
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    const bool amx_cpuid = ((edx >> 24) & 1) && ((edx >> 22) & 1);
+    f.amx_bf16 = amx_cpuid && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16 &&
+                 request_amx_permission();
     return f;
   }();
   return features;
@@ -33,7 +50,7 @@ const CpuFeatures& cpu_features() {
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16};
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx};
 
 // -1 until first use; then the Isa as an int.
 std::atomic<int> g_active_isa{-1};
@@ -46,6 +63,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Avx512Bf16: return "avx512bf16";
+    case Isa::Amx: return "amx";
   }
   return "?";
 }
@@ -53,7 +71,7 @@ const char* isa_name(Isa isa) {
 Isa parse_isa(const std::string& name) {
   for (Isa isa : kAllIsas)
     if (name == isa_name(isa)) return isa;
-  TS_FAIL("unknown ISA variant '", name, "': expected one of scalar, avx2, avx512, avx512bf16");
+  TS_FAIL("unknown ISA variant '", name, "': expected one of scalar, avx2, avx512, avx512bf16, amx");
 }
 
 std::string missing_features(Isa isa) { return missing_features(isa, cpu_features()); }
@@ -73,7 +91,8 @@ std::string missing_features(Isa isa, const CpuFeatures& f) {
     need(f.avx512bw, "avx512bw");
     need(f.avx512vl, "avx512vl");
   }
-  if (isa == Isa::Avx512Bf16) need(f.avx512_bf16, "avx512_bf16");
+  if (isa == Isa::Avx512Bf16 || isa == Isa::Amx) need(f.avx512_bf16, "avx512_bf16");
+  if (isa == Isa::Amx) need(f.amx_bf16, "amx_bf16 (with amx_tile and the OS's tile permission)");
   return missing;
 }
 
@@ -88,7 +107,7 @@ std::vector<Isa> supported_isas() {
 
 Isa best_isa() {
   const Isa top = supported_isas().back();
-  return top == Isa::Avx512Bf16 ? Isa::Avx512 : top;
+  return top == Isa::Avx512Bf16 ? Isa::Avx512 : top;  // amx when present, never avx512bf16 by default
 }
 
 Isa isa_from_request(const std::string& value, const CpuFeatures& f) {
@@ -96,7 +115,7 @@ Isa isa_from_request(const std::string& value, const CpuFeatures& f) {
   try {
     wanted = parse_isa(value);
   } catch (const Error&) {
-    TS_FAIL("TREESPARK_ISA=", value, " is not an ISA variant: expected one of scalar, avx2, avx512, avx512bf16");
+    TS_FAIL("TREESPARK_ISA=", value, " is not an ISA variant: expected one of scalar, avx2, avx512, avx512bf16, amx");
   }
   const std::string missing = missing_features(wanted, f);
   TS_CHECK(missing.empty(), "TREESPARK_ISA=", value, ": this CPU lacks ", missing, ", which the ", value,

@@ -16,6 +16,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;
+  bool amx_bf16 = false;  // AMX-TILE and AMX-BF16 in CPUID, and Linux granted this process the tile state
 };
 
 const CpuFeatures& cpu_features();
@@ -25,18 +26,21 @@ const CpuFeatures& cpu_features();
 //   avx2        AVX2 + FMA (+ F16C): 8-lane kernels
 //   avx512      AVX-512 F/BW/VL + FMA: 16-lane kernels from the same sources
 //   avx512bf16  avx512, with the bf16 GEMM on vdpbf16ps (AVX-512-BF16)
+//   amx         avx512, with the bf16 GEMM on AMX tiles (tdpbf16ps; Sapphire Rapids and later Xeons)
 // Every variant is batch-invariant on its own (a row's bits never depend on the batch or the thread count), so
 // greedy speculative decoding is exact under each; results differ slightly between variants.
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
 
 const char* isa_name(Isa isa);
-// "scalar" | "avx2" | "avx512" | "avx512bf16" -> Isa; throws ts::Error for another name.
+// "scalar" | "avx2" | "avx512" | "avx512bf16" | "amx" -> Isa; throws ts::Error for another name.
 Isa parse_isa(const std::string& name);
 bool isa_supported(Isa isa);          // does this CPU have what the variant needs?
 std::vector<Isa> supported_isas();    // every variant this CPU runs, scalar first
-// The default variant: avx512 where the CPU has it, else avx2, else scalar. avx512bf16 is opt-in: its vdpbf16ps
-// GEMM measured slower than avx512's widen-and-FMA one on the project's Xeons (bench_linear, bf16 3072x1024,
-// 1 thread: M=8 1.66x M=1 against 1.46x; M=64 9.6x against 7.8x; vdpbf16ps retires ~1.3 G/s per core there).
+// The default variant: amx where the CPU and OS have it, else avx512, else avx2, else scalar. avx512bf16 is
+// opt-in: its vdpbf16ps GEMM measured slower than avx512's widen-and-FMA one on the project's Xeons
+// (bench_linear, bf16 3072x1024, 1 thread: M=8 1.66x M=1 against 1.46x; M=64 9.6x against 7.8x; vdpbf16ps
+// retires ~1.3 G/s per core there). amx makes a batch of up to 16 rows cost about what one row does on a
+// DRAM-bound model (docs/benchmarks.md).
 Isa best_isa();
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or

@@ -111,18 +111,20 @@ void Linear::forward(const float* x, int rows, float* y) const {
     const float* w = static_cast<const float*>(m.packed.get());
     switch (isa) {
       case Isa::Avx512:
-      case Isa::Avx512Bf16: return cpu::avx512::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
+      case Isa::Avx512Bf16:
+      case Isa::Amx: return cpu::avx512::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
       case Isa::Avx2: return cpu::avx2::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
       case Isa::Scalar: return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
     }
   }
   const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
   const int kp = cpu::gemm_k_padded_bf16(m.in_features);
-  if (isa == Isa::Avx512Bf16) {
+  if (isa == Isa::Avx512Bf16 || isa == Isa::Amx) {
     thread_local std::vector<uint32_t> x_pairs;  // [rows, k_padded / 2] bf16 pairs (uint32 for alignment)
     x_pairs.resize(size_t(rows) * kp / 2);
     uint16_t* x_bits = reinterpret_cast<uint16_t*>(x_pairs.data());  // [rows, k_padded]
     cpu::avx512bf16::convert_rows_to_bf16(x, rows, m.in_features, x_bits);
+    if (isa == Isa::Amx) return cpu::amx::gemm_bf16(x_bits, w, y, rows, m.out_features, m.in_features);
     return cpu::avx512bf16::gemm_bf16(x_bits, w, y, rows, m.out_features, m.in_features);
   }
   // Activations rounded to bf16 values, as f32: [rows, k_padded], zero in the padding column (the packed GEMM
@@ -135,7 +137,8 @@ void Linear::forward(const float* x, int rows, float* y) const {
   }
   switch (isa) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return cpu::avx512::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return cpu::avx512::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
     case Isa::Avx2: return cpu::avx2::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
     case Isa::Scalar: return cpu::gemm_bf16_scalar(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
   }
@@ -150,6 +153,7 @@ const char* Linear::backend_name() const {
   const bool bf16 = impl_->compute == DType::BF16;
   switch (active_isa()) {
     case Isa::Avx512Bf16: return bf16 ? "packed-avx512bf16-dpbf16" : "packed-avx512-f32";
+    case Isa::Amx: return bf16 ? "packed-amx-tdpbf16" : "packed-avx512-f32";
     case Isa::Avx512: return bf16 ? "packed-avx512-bf16" : "packed-avx512-f32";
     case Isa::Avx2: return bf16 ? "packed-avx2-bf16" : "packed-avx2-f32";
     case Isa::Scalar: break;

@@ -34,7 +34,7 @@ std::string error_of(const std::string& request, const CpuFeatures& f) {
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
   EXPECT_THROW(parse_isa("avx"), Error);
   EXPECT_THROW(parse_isa("AVX2"), Error);
 }
@@ -51,7 +51,12 @@ TEST(Isa, RequestForAVariantTheCpuLacksIsRefusedByName) {
   no_bf16.avx512_bf16 = false;
   EXPECT_EQ(error_of("avx512bf16", no_bf16).find("avx512f"), std::string::npos);  // names only what is missing
   EXPECT_NE(error_of("avx512bf16", no_bf16).find("avx512_bf16"), std::string::npos);
-  EXPECT_NE(error_of("sse9", zen4()).find("expected one of scalar, avx2, avx512, avx512bf16"), std::string::npos);
+  EXPECT_NE(error_of("sse9", zen4()).find("expected one of scalar, avx2, avx512, avx512bf16, amx"), std::string::npos);
+  EXPECT_NE(error_of("amx", zen4()).find("amx_bf16"), std::string::npos);  // Zen 4 has AVX-512-BF16, no AMX
+  EXPECT_EQ(error_of("amx", zen4()).find("avx512_bf16"), std::string::npos);
+  CpuFeatures sapphire_rapids = zen4();
+  sapphire_rapids.amx_bf16 = true;
+  EXPECT_EQ(isa_from_request("amx", sapphire_rapids), Isa::Amx);
   EXPECT_NE(error_of("avx2", CpuFeatures{}).find("avx2 fma f16c"), std::string::npos);
   EXPECT_TRUE(missing_features(Isa::Scalar, CpuFeatures{}).empty());
 }
@@ -63,7 +68,7 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
   for (size_t i = 1; i < isas.size(); ++i) EXPECT_LT(int(isas[i - 1]), int(isas[i]));
   EXPECT_EQ(best_isa(), isas.back() == Isa::Avx512Bf16 ? Isa::Avx512 : isas.back());  // bf16 dot is opt-in
   const Isa saved = active_isa();
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {
       EXPECT_THROW(set_isa(isa), Error) << isa_name(isa);
       continue;

@@ -45,7 +45,8 @@ class PerIsa : public ::testing::TestWithParam<Isa> {
   double lanes() const {
     switch (GetParam()) {
       case Isa::Avx512:
-      case Isa::Avx512Bf16: return 16;
+      case Isa::Avx512Bf16:
+      case Isa::Amx: return 16;
       case Isa::Avx2: return 8;
       case Isa::Scalar: break;
     }

@@ -40,7 +40,7 @@ nlohmann::json stats_json(const GenerationResult& r) {
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate tokens with the target alone (--mode none) or with speculative decoding."};
   std::string model_dir, drafter_dir, prompt_ids, prompt;
-  bool chat = false, no_thinking = false, json = false;
+  bool chat = false, no_thinking = false, json = false, compare = false;
   int n = 1;
   DecodeFlags flags;
   app.add_option("--model", model_dir, "target model folder (Hugging Face layout)")->required();
@@ -51,6 +51,9 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--no-thinking", no_thinking, "chat template with enable_thinking=false");
   app.add_option("--n", n, "independent completions (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "one JSON object per completion, one per line");
+  app.add_flag("--compare", compare,
+               "after each speculative completion, decode the same prompt with the target alone (same sampling "
+               "and seed) and print both speeds side by side; at temperature 0 the texts must be identical");
   flags.add_sampling(app);
   flags.add_spec(app);
   try {
@@ -104,6 +107,13 @@ int cmd_generate(int argc, char** argv) {
       std::fflush(stdout);
     };
     GenerationResult r = generator.generate(ids, opt, on_token);
+    GenerationResult alone;
+    const bool comparing = compare && opt.mode != DecodeMode::None;
+    if (comparing) {
+      GenerateOptions plain = opt;
+      plain.mode = DecodeMode::None;
+      alone = generator.generate(ids, plain);
+    }
     if (json) {
       nlohmann::json j = stats_json(r);
       j["ids"] = r.ids;
@@ -129,6 +139,19 @@ int cmd_generate(int argc, char** argv) {
                    flags.mode.c_str(), s.generated_tokens, s.total_ms,
                    decode_ms > 0 ? 1000.0 * s.generated_tokens / decode_ms : 0.0, s.prefill_ms, ids.size(),
                    s.rounds, s.tokens_per_round(), s.mean_tree_size(), s.accepted_draft_tokens);
+    }
+    if (comparing) {
+      auto tok_s = [](const GenerationStats& st) {
+        const double ms = st.total_ms - st.prefill_ms;
+        return ms > 0 ? 1000.0 * st.generated_tokens / ms : 0.0;
+      };
+      const double spec_tps = tok_s(r.stats), alone_tps = tok_s(alone.stats);
+      const bool greedy = opt.sampling.temperature <= 0.0f;
+      const bool same = alone.ids == r.ids;
+      std::fprintf(stderr, "TreeSpark (%s) %.1f tok/s | target alone %.1f tok/s | %.2fx%s\n", flags.mode.c_str(),
+                   spec_tps, alone_tps, alone_tps > 0 ? spec_tps / alone_tps : 0.0,
+                   greedy ? (same ? "; greedy texts identical (lossless)" : "; GREEDY TEXTS DIFFER") : "");
+      if (greedy && !same) return 1;  // a lossless engine never gets here: make it loud
     }
   }
   return 0;

@@ -87,7 +87,8 @@ void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, in
 void round_to_bf16(const float* src, float* dst, int64_t n) {
   switch (active_isa()) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return avx512::round_to_bf16(src, dst, n);
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return avx512::round_to_bf16(src, dst, n);
     case Isa::Avx2: return avx2::round_to_bf16(src, dst, n);
     case Isa::Scalar: break;
   }

@@ -18,7 +18,8 @@ enum class Path { Scalar, Avx2, Avx512 };
 inline Path path() {
   switch (active_isa()) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return Path::Avx512;
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return Path::Avx512;
     case Isa::Avx2: return Path::Avx2;
     case Isa::Scalar: break;
   }

@@ -22,4 +22,10 @@ void convert_rows_to_bf16(const float* x, int rows, int in_features, uint16_t* x
 void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int rows, int out_features, int in_features);
 }  // namespace avx512bf16
 
+namespace amx {
+// Needs CpuFeatures::amx_bf16 (which includes the OS's permission, asked for by core/cpu.cc).
+// x_bits as avx512bf16::convert_rows_to_bf16 writes them.
+void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int rows, int out_features, int in_features);
+}  // namespace amx
+
 }  // namespace ts::kernels::cpu
