@@ -1,15 +1,17 @@
 // Masked grouped-query attention (contract in ops.h), written once against the vector layer and compiled per ISA
 // by attention_avx2.cc and attention_avx512.cc.
 //
-// Work is split into tasks of (KV head, block of up to 8 query rows), so each key row is read once per task and
-// used by every (row, head) pair of the block that sees it (in the [n_kv, n_kv_heads, head_dim] layout the rows
-// of a head sit n_kv_heads * head_dim floats apart, 4 KiB for Qwen3-0.6B; reading them once per query head made
-// long contexts memory-bound). attention_strided lets a head-major cache make them contiguous.
+// Work is split into tasks of (KV head, block of up to 8 query rows). Inside a task the keys are walked in blocks
+// of kKeyBlock: every (row, head) pair of the task uses the block while it sits in L1/L2 (key rows are
+// n_kv_heads * head_dim floats apart, 1-4 KiB, which a per-pair walk over a long context would re-stream from
+// L3 per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays
+// in registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers,
+// outputs accumulated through memory) spent ~50 cycles per (row, head, key).
 // For each (query row i, head h) pair:
 //   1. score_t = scale * dot(q, k_j) for its visible keys j ascending (t = 0, 1, ...); each dot is one FMA chain
-//      of kW lanes over head_dim and a fixed horizontal sum
+//      of kW lanes over head_dim and reduce_add4's fixed horizontal order
 //   2. p_t = exp(score_t - max), sum_p over t in kW-lane partial sums (grouping depends only on n_vis)
-//   3. out = (sum_t p_t v_j) * (1 / sum_p), each element accumulated with FMAs in ascending j (key-major too)
+//   3. out = (sum_t p_t v_j) * (1 / sum_p), each element accumulated with FMAs in ascending j
 // Which pairs share a task only changes the loop nesting, never a pair's arithmetic: a row of a tree batch equals
 // the same row computed alone, or with only its visible keys (tests/kernels/attention_test.cc checks the bits).
 #include <algorithm>
@@ -39,112 +41,191 @@ TS_SIMD float exp_shifted(float* scores, int n) {
   return reduce_add(sum);
 }
 
-// Key rows are 4 KiB apart (one page each), where hardware prefetchers stop; ask for a row a few keys ahead
-// (measured: ~10% at 1k keys, ~20% at 4k).
-constexpr int kPrefetchKeys = 6;
+// The first pair of a task to read a key block meets it in L3 or DRAM, a row per 4 KiB page at worst, where
+// hardware prefetchers stop: it asks for the rows a few keys ahead (the pairs after it find them in cache).
+constexpr int kPrefetchKeys = 8;
 inline void prefetch_row(const float* row, int n) {
   for (int d = 0; d < n; d += 16) prefetch(row + d);  // one cache line per 16 floats
 }
 
-// acc[0, n) += p * v[0, n). Full vectors use unmasked loads/stores: the next key's update of the same acc must
-// get the value by store forwarding, which masked stores defeat (measured on AVX-512: the kernel then stalled).
-TS_SIMD inline void axpy(float p, const float* v, float* acc, int n) {
-  const V pv = set1(p);
-  for (int d = 0; d < n; d += kW) store_n(acc + d, fma(pv, load_n(v + d, n - d), load_n(acc + d, n - d)), n - d);
-}
+// Keys per block: the block's key (then value) rows of one head stay in L1/L2 while every (row, head) pair of
+// the task uses them, so a long context is streamed once per task, not once per pair.
+constexpr int kKeyBlock = 64;
+// Output vectors held in registers per head while the keys of a block stream past (AVX-512: 64 dims).
+constexpr int kAccVectors = 4;
 
-// Four independent dot products, each with exactly the arithmetic of dot_f32 (one FMA chain, fixed horizontal
-// sum): batching them only lets the chains overlap.
-TS_SIMD inline void dot4(const float* const* a, const float* const* b, int n, float scale, float* const* out) {
-  V c0 = zero(), c1 = c0, c2 = c0, c3 = c0;
-  for (int d = 0; d < n; d += kW) {
-    const int64_t left = n - d;
-    c0 = fma(load_n(a[0] + d, left), load_n(b[0] + d, left), c0);
-    c1 = fma(load_n(a[1] + d, left), load_n(b[1] + d, left), c1);
-    c2 = fma(load_n(a[2] + d, left), load_n(b[2] + d, left), c2);
-    c3 = fma(load_n(a[3] + d, left), load_n(b[3] + d, left), c3);
+// Scores of one or two heads (kTwo: qb used) of one row against n keys (row indices into k_head): four keys at a
+// time, each dot one FMA chain of kW lanes over d followed by reduce_add4's fixed order. A key's score never
+// depends on which keys share its group of four (the tail repeats the last key and drops the copies).
+template <bool kTwo>
+TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const float* k_head,
+                        size_t kv_stride, int head_dim, float scale, float* sa, float* sb, bool prefetch_ahead) {
+  for (int t = 0; t < n; t += 4) {
+    if (prefetch_ahead)
+      for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + 4); ++u)
+        prefetch_row(k_head + size_t(keys[u]) * kv_stride, head_dim);
+    const float* k[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) k[u] = k_head + size_t(keys[std::min(t + u, n - 1)]) * kv_stride;
+    V a0 = zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int d = 0; d < head_dim; d += kW) {
+      const int64_t left = head_dim - d;
+      const V k0 = load_n(k[0] + d, left), k1 = load_n(k[1] + d, left), k2 = load_n(k[2] + d, left),
+              k3 = load_n(k[3] + d, left);
+      const V qad = load_n(qa + d, left);
+      a0 = fma(qad, k0, a0), a1 = fma(qad, k1, a1), a2 = fma(qad, k2, a2), a3 = fma(qad, k3, a3);
+      if constexpr (kTwo) {
+        const V qbd = load_n(qb + d, left);
+        b0 = fma(qbd, k0, b0), b1 = fma(qbd, k1, b1), b2 = fma(qbd, k2, b2), b3 = fma(qbd, k3, b3);
+      }
+    }
+    const int valid = std::min(4, n - t);
+    float r[4];
+    reduce_add4(a0, a1, a2, a3, r);
+    for (int u = 0; u < valid; ++u) sa[t + u] = r[u] * scale;
+    if constexpr (kTwo) {
+      reduce_add4(b0, b1, b2, b3, r);
+      for (int u = 0; u < valid; ++u) sb[t + u] = r[u] * scale;
+    }
   }
-  *out[0] = reduce_add(c0) * scale;
-  *out[1] = reduce_add(c1) * scale;
-  *out[2] = reduce_add(c2) * scale;
-  *out[3] = reduce_add(c3) * scale;
 }
 
-constexpr int kKeysPerBatch = 8;
+// acc_a[0, head_dim) += sum_t pa[t] v_{keys[t]} (and acc_b with pb when kTwo), one FMA per key in ascending t
+// for every element; up to kAccVectors vectors per head in registers per pass over the keys.
+template <bool kTwo, int kVectors>
+TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int n, const float* v_head,
+                         size_t kv_stride, int d0, int width, float* acc_a, float* acc_b, int prefetch_width) {
+  V aa[kVectors], ab[kVectors];
+#pragma GCC unroll 4
+  for (int a = 0; a < kVectors; ++a) {
+    aa[a] = load_n(acc_a + d0 + a * kW, width - a * kW);
+    if constexpr (kTwo) ab[a] = load_n(acc_b + d0 + a * kW, width - a * kW);
+  }
+  for (int t = 0; t < n; ++t) {
+    const float* vj = v_head + size_t(keys[t]) * kv_stride + d0;  // [width]
+    if (prefetch_width > 0 && t + kPrefetchKeys < n)
+      prefetch_row(v_head + size_t(keys[t + kPrefetchKeys]) * kv_stride, prefetch_width);
+    const V wa = set1(pa[t]);
+    V wb = wa;
+    if constexpr (kTwo) wb = set1(pb[t]);
+#pragma GCC unroll 4
+    for (int a = 0; a < kVectors; ++a) {
+      const V v = load_n(vj + a * kW, width - a * kW);
+      aa[a] = fma(wa, v, aa[a]);
+      if constexpr (kTwo) ab[a] = fma(wb, v, ab[a]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int a = 0; a < kVectors; ++a) {
+    store_n(acc_a + d0 + a * kW, aa[a], width - a * kW);
+    if constexpr (kTwo) store_n(acc_b + d0 + a * kW, ab[a], width - a * kW);
+  }
+}
+
+template <bool kTwo>
+TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys, int n, const float* v_head,
+                               size_t kv_stride, int head_dim, float* acc_a, float* acc_b, bool prefetch_ahead) {
+  for (int d0 = 0; d0 < head_dim; d0 += kAccVectors * kW) {
+    const int width = std::min(head_dim - d0, kAccVectors * kW);
+    const int pw = prefetch_ahead && d0 == 0 ? head_dim : 0;  // the first pass fetches whole rows
+    switch ((width + kW - 1) / kW) {
+      case 1: values_pass<kTwo, 1>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
+      case 2: values_pass<kTwo, 2>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
+      case 3: values_pass<kTwo, 3>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
+      default: values_pass<kTwo, 4>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
+    }
+  }
+}
 
 struct TaskScratch {
-  std::vector<int> n_vis;     // [rows in block] visible keys per row
-  std::vector<int> next;      // [rows in block] running index t per row
+  std::vector<int> keys;      // [rows in block, n_kv] visible key indices per row, ascending (first n_vis used)
+  std::vector<int> n_vis;     // [rows in block]
+  std::vector<int> cursor;    // [rows in block] first visible key of the current key block
   std::vector<float> acc;     // [rows in block, group, head_dim] weighted sums of values
   std::vector<float> scores;  // [rows in block, group, n_kv] scores, then unnormalised probabilities
-  std::vector<const float*> dot_q, dot_k;  // [pending dots] operands of the scores still to compute
-  std::vector<float*> dot_out;             // [pending dots] where each score goes
-  std::vector<float> inv_sum;              // [rows in block, group] 1 / softmax normaliser
+  std::vector<float> inv_sum; // [rows in block, group] 1 / softmax normaliser
 };
 
 // One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
 // kv_stride floats apart. Returns false if a row sees no key.
 TS_SIMD bool attend_block(const float* q, const float* k_head, const float* v_head, size_t kv_stride,
-                                const uint8_t* visible, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
-                                int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
+                          const uint8_t* visible, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
+                          int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
   const int group = n_heads / n_kv_heads;
+  s.keys.resize(size_t(rows) * n_kv);
   s.n_vis.assign(rows, 0);
   for (int i = 0; i < rows; ++i) {
     const uint8_t* row_mask = visible + size_t(row0 + i) * n_kv;  // [n_kv]
-    for (int j = 0; j < n_kv; ++j) s.n_vis[i] += row_mask[j] != 0;
-    if (s.n_vis[i] == 0) return false;
+    int* keys = s.keys.data() + size_t(i) * n_kv;
+    int n = 0;
+    for (int j = 0; j < n_kv; ++j) {
+      keys[n] = j;
+      n += row_mask[j] != 0;
+    }
+    if (n == 0) return false;
+    s.n_vis[i] = n;
   }
   s.scores.resize(size_t(rows) * group * n_kv);
   s.acc.assign(size_t(rows) * group * head_dim, 0.0f);
   auto acc_of = [&](int i, int g) { return s.acc.data() + (size_t(i) * group + g) * head_dim; };
   auto q_of = [&](int i, int g) { return q + (size_t(row0 + i) * n_heads + size_t(kvh) * group + g) * head_dim; };
   auto scores_of = [&](int i, int g) { return s.scores.data() + (size_t(i) * group + g) * n_kv; };
+  auto keys_of = [&](int i) { return s.keys.data() + size_t(i) * n_kv; };
 
-  // 1. Scores, key-major so each key row is loaded once for all pairs; the dots of a batch of keys are queued
-  //    and run four at a time.
-  s.next.assign(rows, 0);
-  auto flush = [&] {
-    size_t n = s.dot_q.size(), d = 0;
-    for (; d + 4 <= n; d += 4) dot4(&s.dot_q[d], &s.dot_k[d], head_dim, scale, &s.dot_out[d]);
-    for (; d < n; ++d) *s.dot_out[d] = dot_f32(s.dot_q[d], s.dot_k[d], head_dim) * scale;
-    s.dot_q.clear(), s.dot_k.clear(), s.dot_out.clear();
+  // Visible keys of row i inside key block [j0, j1): [cursor, end) of its list; advances the cursor.
+  auto block_range = [&](int i, int j1, int& t0, int& t1) {
+    t0 = s.cursor[i];
+    t1 = t0;
+    const int* keys = keys_of(i);
+    while (t1 < s.n_vis[i] && keys[t1] < j1) ++t1;
+    s.cursor[i] = t1;
   };
-  for (int j = 0; j < n_kv; ++j) {
-    const float* kj = k_head + j * kv_stride;  // [head_dim]
-    if (j + kPrefetchKeys < n_kv) prefetch_row(kj + kPrefetchKeys * kv_stride, head_dim);
+  // 1. Scores, key block by key block, heads two at a time (they share the key loads).
+  s.cursor.assign(rows, 0);
+  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
+    const int j1 = std::min(n_kv, j0 + kKeyBlock);
     for (int i = 0; i < rows; ++i) {
-      if (!visible[size_t(row0 + i) * n_kv + j]) continue;
-      const int t = s.next[i]++;
-      for (int g = 0; g < group; ++g) {
-        s.dot_q.push_back(q_of(i, g));
-        s.dot_k.push_back(kj);
-        s.dot_out.push_back(scores_of(i, g) + t);
-      }
+      int t0, t1;
+      block_range(i, j1, t0, t1);
+      if (t1 == t0) continue;
+      const int* keys = keys_of(i) + t0;
+      int g = 0;
+      for (; g + 2 <= group; g += 2)
+        score_keys<true>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_head, kv_stride, head_dim, scale,
+                         scores_of(i, g) + t0, scores_of(i, g + 1) + t0, i == 0 && g == 0);
+      if (g < group)
+        score_keys<false>(q_of(i, g), nullptr, keys, t1 - t0, k_head, kv_stride, head_dim, scale,
+                          scores_of(i, g) + t0, nullptr, i == 0 && g == 0);
     }
-    if (j % kKeysPerBatch == kKeysPerBatch - 1) flush();
   }
-  flush();
   // 2. Softmax numerators and normalisers.
-  std::vector<float>& inv_sum = s.inv_sum;  // [rows in block, group]
-  inv_sum.resize(size_t(rows) * group);
+  s.inv_sum.resize(size_t(rows) * group);
   for (int i = 0; i < rows; ++i)
-    for (int g = 0; g < group; ++g) inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), s.n_vis[i]);
-  // 3. Weighted sums of values, key-major again (each value row read once per task), ascending j for every pair.
-  s.next.assign(rows, 0);
-  for (int j = 0; j < n_kv; ++j) {
-    const float* vj = v_head + j * kv_stride;  // [head_dim]
-    if (j + kPrefetchKeys < n_kv) prefetch_row(vj + kPrefetchKeys * kv_stride, head_dim);
+    for (int g = 0; g < group; ++g)
+      s.inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), s.n_vis[i]);
+  // 3. Weighted sums of values, key block by key block again.
+  s.cursor.assign(rows, 0);
+  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
+    const int j1 = std::min(n_kv, j0 + kKeyBlock);
     for (int i = 0; i < rows; ++i) {
-      if (!visible[size_t(row0 + i) * n_kv + j]) continue;
-      const int t = s.next[i]++;
-      for (int g = 0; g < group; ++g) axpy(scores_of(i, g)[t], vj, acc_of(i, g), head_dim);
+      int t0, t1;
+      block_range(i, j1, t0, t1);
+      if (t1 == t0) continue;
+      const int* keys = keys_of(i) + t0;
+      int g = 0;
+      for (; g + 2 <= group; g += 2)
+        accumulate_values<true>(scores_of(i, g) + t0, scores_of(i, g + 1) + t0, keys, t1 - t0, v_head, kv_stride,
+                                head_dim, acc_of(i, g), acc_of(i, g + 1), i == 0 && g == 0);
+      if (g < group)
+        accumulate_values<false>(scores_of(i, g) + t0, nullptr, keys, t1 - t0, v_head, kv_stride, head_dim,
+                                 acc_of(i, g), nullptr, i == 0 && g == 0);
     }
   }
   for (int i = 0; i < rows; ++i)
     for (int g = 0; g < group; ++g) {
       float* oh = out + (size_t(row0 + i) * n_heads + size_t(kvh) * group + g) * head_dim;  // [head_dim]
       const float* a = acc_of(i, g);
-      const V inv = set1(inv_sum[size_t(i) * group + g]);
+      const V inv = set1(s.inv_sum[size_t(i) * group + g]);
       for (int d = 0; d < head_dim; d += kW) store_n(oh + d, mul(load_n(a + d, head_dim - d), inv), head_dim - d);
     }
   return true;

@@ -58,6 +58,16 @@ TS_SIMD inline M mask_or(M a, M b) { return M(a | b); }
 TS_SIMD inline bool any(M m) { return m != 0; }
 TS_SIMD inline float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
 TS_SIMD inline float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
+// out[u] = the sum of the lanes of v_u, u = 0..3, every u with the same order: 16 -> 8 (lane l + l+8),
+// 8 -> 4 (l + l+4), then ((x0 + x1) + (x2 + x3)). Four reductions share the shuffles of one.
+TS_SIMD inline __m128 fold_to_4(V v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+}
+TS_SIMD inline void reduce_add4(V v0, V v1, V v2, V v3, float* out) {
+  const __m128 b0 = fold_to_4(v0), b1 = fold_to_4(v1), b2 = fold_to_4(v2), b3 = fold_to_4(v3);
+  _mm_storeu_ps(out, _mm_hadd_ps(_mm_hadd_ps(b0, b1), _mm_hadd_ps(b2, b3)));
+}
 TS_SIMD inline V round_nearest(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // p * 2^n for integral n in [-160, 160] (one rounding: exact unless the result is subnormal or overflows).
 TS_SIMD inline V pow2_scale(V p, V n) { return _mm512_scalef_ps(p, n); }
