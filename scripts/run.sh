@@ -16,10 +16,10 @@ code_prompt='def fibonacci(n):
 if { [ -f "$target/model.safetensors" ] || [ -f "$target/model.safetensors.index.json" ]; } && [ -d "$drafter" ]; then
   echo "== chat prompt, temperature 0.7: TreeSpark's text, then its speed beside the target alone's (same prompt, seed, sampling) =="
   "$bin" generate --model "$target" --drafter "$drafter" --mode tree --chat --no-thinking --prompt "$prompt" \
-    --temperature 0.7 --seed 1 --max-tokens 128 --compare
+    --temperature 0.7 --seed 1 --max-tokens 128 --adaptive-theta --compare
   echo
   echo "== code prompt, greedy (--temperature 0 overrides generation_config.json): TreeSpark's text, then both speeds; the target alone writes the same text (lossless) =="
-  "$bin" generate --model "$target" --drafter "$drafter" --mode tree --prompt "$code_prompt" --temperature 0 \
+  "$bin" generate --model "$target" --drafter "$drafter" --mode tree --adaptive-theta --prompt "$code_prompt" --temperature 0 \
     --max-tokens 128 --compare
 else
   echo "(no shipped pair under models/: using a random-weight pair; output is meaningless, the mechanics are real)"

@@ -14,6 +14,7 @@ namespace ts::cli {
 int cmd_calibrate(int argc, char** argv) {
   CLI::App app{"Fit the draft-edge acceptance calibration from verification outcomes."};
   std::string model_dir, drafter_dir, prompts, out;
+  std::vector<std::string> holdout;
   DecodeFlags flags;
   flags.max_tokens = 96;
   flags.node_cap = 24;
@@ -22,6 +23,8 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--drafter", drafter_dir, "drafter folder")->required();
   app.add_option("--prompts", prompts, "JSONL prompt set")->required();
   app.add_option("--out", out, "output file (default: DRAFTER/treespark_calibration.json)");
+  app.add_option("--holdout-prompts", holdout,
+                 "JSONL prompt sets whose edges are NOT fitted: ECE before/after the fit is also reported on them");
   flags.add_sampling(app);
   flags.add_spec(app);
   try {
@@ -41,12 +44,16 @@ int cmd_calibrate(int argc, char** argv) {
   // Labels are collected under the uncalibrated priority (a = 1, b = 0), so the fit does not depend on an
   // earlier fit; the tree (theta 0, node cap) offers siblings at every depth.
   Generator gen(*bundle.target, bundle.drafter.get(), spec::Calibration{});
-  std::vector<spec::EdgeRecord> edges;
-  for (size_t i = 0; i < set.prompt_ids.size(); ++i) {
-    opt.sampling.seed = flags.seed + i;
-    GenerationResult r = gen.generate(set.prompt_ids[i], opt);
-    edges.insert(edges.end(), r.edges.begin(), r.edges.end());
-  }
+  auto collect = [&](const PromptSet& prompt_set, uint64_t seed0) {
+    std::vector<spec::EdgeRecord> out_edges;
+    for (size_t i = 0; i < prompt_set.prompt_ids.size(); ++i) {
+      opt.sampling.seed = seed0 + i;
+      GenerationResult r = gen.generate(prompt_set.prompt_ids[i], opt);
+      out_edges.insert(out_edges.end(), r.edges.begin(), r.edges.end());
+    }
+    return out_edges;
+  };
+  std::vector<spec::EdgeRecord> edges = collect(set, flags.seed);
   TS_CHECK(!edges.empty(), "no verification edges were collected");
   spec::CalibrationEntry entry = spec::fit_calibration_entry(edges, flags.temperature);
   spec::CalibrationTable table = spec::read_calibration_table(out);
@@ -55,6 +62,18 @@ int cmd_calibrate(int argc, char** argv) {
   std::printf("temperature %.3g: a = %.4f, b = %.4f from %lld edges; ECE %.4f before, %.4f after -> %s\n",
               entry.temperature, entry.a, entry.b, (long long)entry.edges, entry.ece_before, entry.ece_after,
               out.c_str());
+  if (!holdout.empty()) {
+    std::vector<spec::EdgeRecord> held;
+    for (const std::string& file : holdout) {
+      std::vector<spec::EdgeRecord> e = collect(load_prompt_set(file, bundle), flags.seed + 100000);
+      held.insert(held.end(), e.begin(), e.end());
+    }
+    TS_CHECK(!held.empty(), "no verification edges were collected on the held-out prompts");
+    spec::Calibration fitted = table.lookup(entry.temperature);
+    std::printf("held-out (%zu prompt sets, %zu edges, not fitted): ECE %.4f before, %.4f after\n", holdout.size(),
+                held.size(), spec::expected_calibration_error(held, spec::Calibration{}),
+                spec::expected_calibration_error(held, fitted));
+  }
   return 0;
 }
 
