@@ -290,6 +290,16 @@ StepReport Engine::step() {
   sched_ms += now_ms() - t_update;
   report.schedule_ms = sched_ms;
   report.step_ms = now_ms() - t0;
+  if (sched_.config.cost && report.prefill_requests == 0 && report.batch > 0 && report.forward_rows >= report.batch) {
+    int drafting = 0;
+    for (const RoundDecision& d : report.decisions) drafting += d.speculate;
+    try {
+      sched::observe_step(sched_, drafting, report.step_ms,
+                          spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, drafting));
+    } catch (const std::exception&) {
+      // a cost model that cannot price this step teaches nothing
+    }
+  }
   ++metrics_.steps;
   metrics_.step_ms_total += report.step_ms;
   metrics_.schedule_ms_total += sched_ms;

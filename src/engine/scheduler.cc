@@ -132,8 +132,13 @@ Plan schedule(const SchedulerState& state) {
     });
     double rows = base_rows, tokens = base_tokens, best_rate = -1;
     size_t best = 0;
+    const double plain_extra = state.plain_observed >= kMinObservedSteps ? state.plain_residual_ms : 0.0;
+    const double draft_extra = state.draft_observed >= kMinObservedSteps ? state.draft_residual_ms : 0.0;
     for (size_t j = 0; j <= candidates.size(); ++j) {
-      const double rate = tokens / spec::step_cost_ms(*c.cost, plan.batch, rows, base_drafting + int(j));
+      const int drafting = base_drafting + int(j);
+      const double step_ms =
+          spec::step_cost_ms(*c.cost, plan.batch, rows, drafting) + plain_extra + drafting * draft_extra;
+      const double rate = tokens / std::max(step_ms, 1e-6);
       if (rate > best_rate) best_rate = rate, best = j;
       if (j < candidates.size()) {
         rows += candidates[j].extra_rows;
@@ -143,6 +148,21 @@ Plan schedule(const SchedulerState& state) {
     for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
   }
   return plan;
+}
+
+void observe_step(SchedulerState& state, int drafting, double actual_ms, double modelled_ms) {
+  constexpr double kWeight = 0.1;
+  if (!(actual_ms > 0) || !(modelled_ms > 0)) return;
+  const double residual = actual_ms - modelled_ms;
+  auto ema = [&](double& avg, int& n, double x) {
+    avg = n == 0 ? x : (1 - kWeight) * avg + kWeight * x;
+    ++n;
+  };
+  if (drafting == 0) {
+    ema(state.plain_residual_ms, state.plain_observed, residual);
+  } else {
+    ema(state.draft_residual_ms, state.draft_observed, std::max(0.0, (residual - state.plain_residual_ms) / drafting));
+  }
 }
 
 void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcome>& outcomes) {

@@ -80,7 +80,20 @@ struct SchedulerState {
   // A request not measured yet starts from these (then from the config's prior).
   double class_tokens_per_round[2] = {0, 0};
   double class_nodes_per_round[2] = {0, 0};
+  // What the cost model leaves out, measured from the engine's own steps (observe_step): the ms every decode step
+  // takes beyond the modelled forward, and per drafting request the ms a round takes beyond its modelled forward
+  // and F(n) (tree growth, verification, drafter context, bookkeeping). The policy adds both to its prices, so a
+  // pair whose rounds cost more than the curve says stops speculating where that loses goodput.
+  double plain_residual_ms = 0;
+  double draft_residual_ms = 0;  // per drafting request, >= 0
+  int plain_observed = 0, draft_observed = 0;
 };
+
+// Feeds one executed decode-only step back: `drafting` requests speculated, the step took actual_ms, the cost
+// model predicted modelled_ms (step_cost_ms for the rows it ran). Exponential moving averages (weight 0.1);
+// schedule() uses them after kMinObservedSteps steps of each kind.
+constexpr int kMinObservedSteps = 3;
+void observe_step(SchedulerState& state, int drafting, double actual_ms, double modelled_ms);
 
 // KV rows reserved by admitted (Prefill / Decode) requests.
 int64_t reserved_rows(const SchedulerState& state);

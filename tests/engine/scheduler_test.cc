@@ -206,6 +206,52 @@ TEST(Scheduler, NoSpeculationWithoutRoomForABlockOrWithoutADrafter) {
   for (const DecodeWork& d : p.decode) EXPECT_FALSE(d.speculate);
 }
 
+// What the curve leaves out is learned from executed steps: rounds that cost far more than modelled switch
+// speculation off where the curve alone keeps it on, and residuals that match the model change nothing.
+TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
+  spec::CostModel curve;
+  curve.batches = {1, 8};
+  curve.tokens = {1, 2, 4, 8, 16};
+  curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};  // memory-bound: speculation pays on the curve
+  curve.fixed_ms_by_batch = {0.5, 1.0};
+  curve.validate();
+  auto state_with = [&](int b) {
+    SchedulerState st = make_state(/*max_batch=*/8, 64, 1 << 30);
+    st.config.cost = &curve;
+    for (int i = 0; i < b; ++i) {
+      SeqView s = seq(RequestId(i + 1), 4, 100);
+      s.phase = Phase::Decode;
+      s.prefilled = s.context_len = 4;
+      s.adaptive = true;
+      s.tokens_per_round = 2.5;
+      s.nodes_per_round = 4;
+      st.seqs.push_back(s);
+    }
+    return st;
+  };
+  auto speculating = [](const Plan& p) {
+    int n = 0;
+    for (const DecodeWork& d : p.decode) n += d.speculate;
+    return n;
+  };
+  for (int b : {1, 8}) {
+    SchedulerState st = state_with(b);
+    EXPECT_EQ(speculating(schedule(st)), b) << "on the curve alone every request speculates (b = " << b << ")";
+    // Steps that cost what the model says: nothing changes.
+    for (int i = 0; i < 5; ++i) observe_step(st, 0, 10.0, 10.0), observe_step(st, b, 12.0, 12.0);
+    EXPECT_NEAR(st.draft_residual_ms, 0.0, 1e-12);
+    EXPECT_EQ(speculating(schedule(st)), b);
+    // Rounds that take 30 ms more per drafting request than modelled: off.
+    for (int i = 0; i < 40; ++i) observe_step(st, 0, 10.0, 10.0), observe_step(st, b, 12.0 + 30.0 * b, 12.0);
+    EXPECT_NEAR(st.draft_residual_ms, 30.0, 0.5);
+    EXPECT_EQ(speculating(schedule(st)), 0) << "b = " << b;
+  }
+  // Too few observations are not trusted.
+  SchedulerState fresh = state_with(1);
+  observe_step(fresh, 1, 1000.0, 12.0);
+  EXPECT_EQ(speculating(schedule(fresh)), 1);
+}
+
 // L(b, k): a memory-bound forward (flat in k) at b = 1, turning compute-bound (proportional to b * k) as b grows.
 spec::CostModel serving_curve() {
   spec::CostModel c;
@@ -251,7 +297,9 @@ TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
     previous_theta = p.decode[0].theta;
     if (b == 1) on_at_one = speculating == 1;
     if (speculating == 0) switched_off = true;
-    if (switched_off) EXPECT_EQ(speculating, 0) << "once off it stays off at higher load (b = " << b << ")";
+    if (switched_off) {
+      EXPECT_EQ(speculating, 0) << "once off it stays off at higher load (b = " << b << ")";
+    }
   }
   EXPECT_TRUE(on_at_one);
   EXPECT_TRUE(switched_off);
