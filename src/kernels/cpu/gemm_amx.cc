@@ -7,8 +7,10 @@
 // Layout fit: for one 64-column group the packed weights are [k_pairs][64 cols][2] bf16, so 16 k pairs of one
 // 16-column panel are a B tile as it is: 16 rows of 64 bytes, row stride 256 bytes. A is the activations as
 // bf16 [rows, k_padded] (16 rows per tile, stride k_padded * 2 bytes); C is 16 x 16 f32, four C tiles per group.
-// Tiles: tmm0-3 C (the group's 4 panels), tmm4/5 A/B of a full 16-pair step, tmm6/7 A/B of the tail step
-// (k_pairs % 16, their own shape in the same configuration).
+// Tiles: tmm0-3 C (the group's 4 panels), A in tmm4/tmm7 and B in tmm5/tmm6, alternating. K is walked in whole
+// 16-pair steps: the activations are copied zero-padded to a multiple of 32, and a packed buffer carries zeroed
+// slack after its last group (kPackedSlackBytes), so the last step's extra pairs multiply zeros (finite weights
+// of the next group, or the slack).
 //
 // Determinism: y[r, o] is one element of one C tile, accumulating the k steps in ascending order; what the
 // hardware does inside a step depends only on that row's and column's operands. Rows never change the order
@@ -33,6 +35,7 @@ constexpr int kTileRows = 16;        // rows of A and C per tile, k pairs per B 
 constexpr int kPanelCols = 16;       // columns per C tile
 constexpr int kPanels = kGroupCols / kPanelCols;
 constexpr int kWeightRowBytes = kGroupCols * 2 * 2;  // one k pair of a group: 64 cols x (even, odd) bf16
+constexpr int kStepPairs = kTileRows;                // k pairs per step
 constexpr int64_t kParallelMinMacs = 1 << 20;
 
 struct alignas(64) TileConfig {
@@ -43,71 +46,72 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-TileConfig make_config(int tail_pairs) {
+// Every tile 16 rows x 64 bytes: C0-3 (tmm0-3, 16 x 16 f32), A (tmm4 and tmm7, alternating between steps),
+// B (tmm5 and tmm6, alternating between panels), so a load never waits for the product still reading its tile.
+TileConfig make_config() {
   TileConfig c;
-  for (int t = 0; t < kPanels; ++t) c.colsb[t] = kPanelCols * 4, c.rows[t] = kTileRows;  // C: 16 x 16 f32
-  c.colsb[4] = kTileRows * 4, c.rows[4] = kTileRows;   // A: 16 rows x 16 pairs
-  c.colsb[5] = kPanelCols * 4, c.rows[5] = kTileRows;  // B: 16 pairs x 16 cols
-  if (tail_pairs > 0) {
-    c.colsb[6] = uint16_t(tail_pairs * 4), c.rows[6] = kTileRows;
-    c.colsb[7] = kPanelCols * 4, c.rows[7] = uint8_t(tail_pairs);
-  }
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = kTileRows;
   return c;
 }
 
+// The weights kPrefetchSteps steps ahead (a step is 4 KiB: 64 lines), which tile loads do not ask for on their own.
+constexpr int kPrefetchSteps = 2;
+TS_AMX inline void prefetch_ahead(const uint16_t* w) {
+  const char* p = reinterpret_cast<const char*>(w) + kPrefetchSteps * kStepPairs * kWeightRowBytes;
+  for (int line = 0; line < kStepPairs * kWeightRowBytes / 64; ++line) _mm_prefetch(p + 64 * line, _MM_HINT_T0);
+}
+
 // C(0..3) += A . B for the 4 panels of one step; a, w point at the step's first pair.
-#define TS_AMX_STEP(A, B, a, a_stride, w)                                                \
-  do {                                                                                   \
-    _tile_loadd(A, a, a_stride);                                                         \
-    _tile_loadd(B, (w), kWeightRowBytes);                                                \
-    _tile_dpbf16ps(0, A, B);                                                             \
-    _tile_loadd(B, (w) + 1 * kPanelCols * 2, kWeightRowBytes);                           \
-    _tile_dpbf16ps(1, A, B);                                                             \
-    _tile_loadd(B, (w) + 2 * kPanelCols * 2, kWeightRowBytes);                           \
-    _tile_dpbf16ps(2, A, B);                                                             \
-    _tile_loadd(B, (w) + 3 * kPanelCols * 2, kWeightRowBytes);                           \
-    _tile_dpbf16ps(3, A, B);                                                             \
+#define TS_AMX_STEP(A, a, a_stride, w)                                \
+  do {                                                                \
+    if (kPrefetchSteps > 0) prefetch_ahead(w);                        \
+    _tile_loadd(A, a, a_stride);                                      \
+    _tile_loadd(5, (w), kWeightRowBytes);                             \
+    _tile_dpbf16ps(0, A, 5);                                          \
+    _tile_loadd(6, (w) + 1 * kPanelCols * 2, kWeightRowBytes);        \
+    _tile_dpbf16ps(1, A, 6);                                          \
+    _tile_loadd(5, (w) + 2 * kPanelCols * 2, kWeightRowBytes);        \
+    _tile_dpbf16ps(2, A, 5);                                          \
+    _tile_loadd(6, (w) + 3 * kPanelCols * 2, kWeightRowBytes);        \
+    _tile_dpbf16ps(3, A, 6);                                          \
   } while (0)
 
 struct Problem {
-  const uint16_t* x_bits;   // [rows, kp] bf16
-  const uint16_t* a_last;   // [16, kp] bf16: the last row block, padded with zero rows
-  const uint16_t* packed;   // packed weights (gemm_packed.h)
+  const uint16_t* a;        // [row_blocks * 16, k_steps * 32] bf16: the activations, zero-padded in rows and k
+  const uint16_t* packed;   // packed weights (gemm_packed.h), kPackedSlackBytes of zeros after the last group
   float* y;                 // [rows, out_features]
-  int rows, out_features, kp, full_steps, tail, row_blocks, last_rows;
+  int rows, out_features, a_cols, steps, row_blocks;
   size_t group_elems;
   const TileConfig* config;
 };
 
 // Column groups [g0, g1) of y. Runs on the calling thread; tile state is per thread, so it configures its own.
+// A step past the group's last pair reads the next group's (or the slack's) pairs against zero activations.
 TS_AMX void run_groups(const Problem& pb, int g0, int g1) {
   __asm__ volatile("" ::: "memory");  // the tile loads are asm reading memory through plain pointers
   _tile_loadconfig(pb.config);
-  const long a_stride = long(pb.kp) * 2;  // bytes per activation row
+  const long a_stride = long(pb.a_cols) * 2;  // bytes per activation row
   alignas(64) float c_buf[kTileRows * kGroupCols];  // [16 rows, 64 cols] of one group
   for (int g = g0; g < g1; ++g) {
     const int col0 = g * kGroupCols, cols = std::min(kGroupCols, pb.out_features - col0);
     const uint16_t* wg = pb.packed + size_t(g) * pb.group_elems;
     for (int rb = 0; rb < pb.row_blocks; ++rb) {
-      const bool last = rb == pb.row_blocks - 1;
-      const uint16_t* a = last ? pb.a_last : pb.x_bits + size_t(rb) * kTileRows * pb.kp;
+      const uint16_t* a = pb.a + size_t(rb) * kTileRows * pb.a_cols;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      for (int s = 0; s < pb.full_steps; ++s) {
-        const uint16_t* w = wg + size_t(s) * kTileRows * kGroupCols * 2;
-        TS_AMX_STEP(4, 5, a + s * kTileRows * 2, a_stride, w);
+      int s = 0;
+      for (; s + 2 <= pb.steps; s += 2) {
+        TS_AMX_STEP(4, a + s * kStepPairs * 2, a_stride, wg + size_t(s) * kStepPairs * kGroupCols * 2);
+        TS_AMX_STEP(7, a + (s + 1) * kStepPairs * 2, a_stride, wg + size_t(s + 1) * kStepPairs * kGroupCols * 2);
       }
-      if (pb.tail > 0) {
-        const uint16_t* w = wg + size_t(pb.full_steps) * kTileRows * kGroupCols * 2;
-        TS_AMX_STEP(6, 7, a + pb.full_steps * kTileRows * 2, a_stride, w);
-      }
+      if (s < pb.steps) TS_AMX_STEP(4, a + s * kStepPairs * 2, a_stride, wg + size_t(s) * kStepPairs * kGroupCols * 2);
       _tile_stored(0, c_buf + 0 * kPanelCols, kGroupCols * 4);
       _tile_stored(1, c_buf + 1 * kPanelCols, kGroupCols * 4);
       _tile_stored(2, c_buf + 2 * kPanelCols, kGroupCols * 4);
       _tile_stored(3, c_buf + 3 * kPanelCols, kGroupCols * 4);
-      const int n_rows = last ? pb.last_rows : kTileRows;
+      const int n_rows = std::min(kTileRows, pb.rows - rb * kTileRows);
       for (int r = 0; r < n_rows; ++r)
         std::memcpy(pb.y + size_t(rb * kTileRows + r) * pb.out_features + col0, c_buf + r * kGroupCols,
                     size_t(cols) * 4);
@@ -121,25 +125,21 @@ TS_AMX void run_groups(const Problem& pb, int g0, int g1) {
 // x_bits: [rows, k_padded] bf16 bits (zero padding column), as convert_rows_to_bf16 writes them.
 void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int rows, int out_features,
                int in_features) {
+  const int kp = gemm_k_padded_bf16(in_features);
   Problem pb;
-  pb.x_bits = x_bits;
   pb.packed = packed;
   pb.y = y;
   pb.rows = rows;
   pb.out_features = out_features;
-  pb.kp = gemm_k_padded_bf16(in_features);
-  const int pairs = pb.kp / 2;
-  pb.full_steps = pairs / kTileRows;
-  pb.tail = pairs % kTileRows;
+  pb.steps = (kp / 2 + kStepPairs - 1) / kStepPairs;
+  pb.a_cols = pb.steps * kStepPairs * 2;
   pb.row_blocks = (rows + kTileRows - 1) / kTileRows;
-  pb.last_rows = rows - (pb.row_blocks - 1) * kTileRows;
-  pb.group_elems = size_t(pairs) * kGroupCols * 2;
-  thread_local std::vector<uint16_t> a_last;  // [16, kp]
-  a_last.assign(size_t(kTileRows) * pb.kp, 0);
-  std::memcpy(a_last.data(), x_bits + size_t(pb.row_blocks - 1) * kTileRows * pb.kp,
-              size_t(pb.last_rows) * pb.kp * 2);
-  pb.a_last = a_last.data();
-  const TileConfig config = make_config(pb.tail);
+  pb.group_elems = size_t(kp / 2) * kGroupCols * 2;
+  thread_local std::vector<uint16_t> a;  // [row_blocks * 16, a_cols]
+  a.assign(size_t(pb.row_blocks) * kTileRows * pb.a_cols, 0);
+  for (int r = 0; r < rows; ++r) std::memcpy(a.data() + size_t(r) * pb.a_cols, x_bits + size_t(r) * kp, size_t(kp) * 2);
+  pb.a = a.data();
+  const TileConfig config = make_config();
   pb.config = &config;
   const int64_t macs = int64_t(out_features) * in_features * rows;
   parallel_ranges(gemm_groups(out_features), macs >= kParallelMinMacs,

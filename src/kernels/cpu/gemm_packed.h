@@ -23,6 +23,11 @@ constexpr int kGroupCols = 64;  // output columns per group
 inline int gemm_groups(int out_features) { return (out_features + kGroupCols - 1) / kGroupCols; }
 inline int gemm_k_padded_bf16(int in_features) { return (in_features + 1) & ~1; }  // k pairs for vdpbf16ps
 
+// Bytes of zeros a bf16 packed buffer carries after its last group (not part of the weights): the amx GEMM
+// reads every k step as a whole 16-pair B tile, so the last step of the last group may read up to 15 pairs past
+// the group (16 x 64 cols x 2 x 2 bytes). Its activations there are zero, so what it reads adds nothing.
+constexpr size_t kPackedSlackBytes = 16 * 64 * 2 * 2;
+
 // Elements (not bytes) of the packed buffer.
 inline size_t packed_elems_bf16(int out_features, int in_features) {
   return size_t(gemm_groups(out_features)) * size_t(gemm_k_padded_bf16(in_features)) * kGroupCols;
