@@ -149,7 +149,6 @@ int bench_forward(int argc, char** argv) {
     isas.push_back(isa);
     pos = comma + 1;
   }
-  if (isas.empty()) isas.push_back(active_isa());
   if (model_dir.empty()) {
     model_dir = "build/bench-models/qwen3-0.5b-random";
     if (!file_exists(model_dir + "/model.safetensors")) {
@@ -164,7 +163,8 @@ int bench_forward(int argc, char** argv) {
     }
   }
   auto model = TargetModel::load(model_dir);
-  set_num_threads(threads > 0 ? threads : default_threads_for(model->weight_bytes()));
+  configure_for_model(model->weight_bytes(), threads);
+  if (isas.empty()) isas.push_back(active_isa());  // after configure_for_model: the variant this model gets
   const ModelConfig& c = model->config();
   const double weight_gb = double(model->weight_bytes()) / 1e9;
   std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %d threads\n",

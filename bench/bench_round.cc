@@ -197,7 +197,7 @@ int bench_round(int argc, char** argv) {
   }
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
   TS_CHECK(bundle.drafter, "bench round needs --drafter");
-  set_num_threads(threads > 0 ? threads : default_threads_for(bundle.target->weight_bytes()));
+  configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts, bundle);
   if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);
 

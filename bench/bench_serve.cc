@@ -270,7 +270,7 @@ int bench_serve(int argc, char** argv) {
   }
   const std::vector<PromptBody> prompts = load_prompts(prompts_path);
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
-  set_num_threads(threads > 0 ? threads : default_threads_for(bundle.target->weight_bytes()));
+  configure_for_model(bundle.target->weight_bytes(), threads);
   const int block = bundle.drafter->block_size();
 
   std::optional<spec::CostModel> cost;

@@ -54,6 +54,8 @@ constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16
 
 // -1 until first use; then the Isa as an int.
 std::atomic<int> g_active_isa{-1};
+// set_isa() was called: a model-size preference must not override the caller's choice.
+std::atomic<bool> g_isa_set{false};
 
 }  // namespace
 
@@ -128,6 +130,7 @@ void set_isa(Isa isa) {
   TS_CHECK(missing.empty(), "ISA variant '", isa_name(isa), "' needs CPU features this CPU lacks: ", missing,
            " (supported here: ", isa_summary(), ")");
   g_active_isa.store(int(isa), std::memory_order_relaxed);
+  g_isa_set.store(true, std::memory_order_relaxed);
 }
 
 Isa active_isa() {
@@ -177,6 +180,15 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+void configure_for_model(size_t weight_bytes, int threads) {
+  set_num_threads(threads > 0 ? threads : default_threads_for(weight_bytes));
+  const char* env = std::getenv("TREESPARK_ISA");
+  const bool chosen = g_isa_set.load(std::memory_order_relaxed) || (env != nullptr && *env != '\0');
+  constexpr size_t kSmallModelBytes = size_t(48) << 20;
+  if (!chosen && active_isa() == Isa::Amx && weight_bytes < kSmallModelBytes)
+    g_active_isa.store(int(Isa::Avx512), std::memory_order_relaxed);
+}
 
 int default_threads_for(size_t weight_bytes) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;  // fits in L2+L3-ish territory; per-op overhead dominates

@@ -67,5 +67,10 @@ int num_threads();
 // Threads to use when the user did not say: one for small models, whose per-op work (a few microseconds) is
 // below the cost of handing work to a second thread; all cores otherwise.
 int default_threads_for(size_t weight_bytes);
+// What a command does once its target is loaded: threads (`threads` > 0, else default_threads_for), and, unless
+// the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step
+// of a cache-resident model costs ~1.35x on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a
+// DRAM-bound model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, Kernels).
+void configure_for_model(size_t weight_bytes, int threads);
 
 }  // namespace ts

@@ -29,7 +29,7 @@ int cmd_perplexity(int argc, char** argv) {
     return app.exit(e);
   }
   auto model = TargetModel::load(model_dir);
-  set_num_threads(threads > 0 ? threads : default_threads_for(model->weight_bytes()));
+  configure_for_model(model->weight_bytes(), threads);
   const std::vector<int32_t> ids = parse_ids(read_text_file(ids_file));
   TS_CHECK(ids.size() >= 2, ids_file, ": need at least 2 token ids, found ", ids.size());
   const int V = model->config().vocab_size;

@@ -133,7 +133,7 @@ int cmd_serve(int argc, char** argv) {
                model_dir.c_str());
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
-  set_num_threads(threads > 0 ? threads : default_threads_for(bundle.target->weight_bytes()));
+  configure_for_model(bundle.target->weight_bytes(), threads);
   RequestOptions defaults = spec.defaults(bundle.drafter.get());
   engine.calibration = bundle.calibration;
   if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {

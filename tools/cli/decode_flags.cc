@@ -78,7 +78,7 @@ std::string DecodeFlags::fall_back_without_markov(const Drafter& drafter) {
 }
 
 void DecodeFlags::apply_threads(size_t weight_bytes) const {
-  set_num_threads(threads > 0 ? threads : default_threads_for(weight_bytes));
+  configure_for_model(weight_bytes, threads);
 }
 
 GenerateOptions DecodeFlags::options(int block_size) const {
