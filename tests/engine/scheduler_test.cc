@@ -206,6 +206,24 @@ TEST(Scheduler, NoSpeculationWithoutRoomForABlockOrWithoutADrafter) {
   for (const DecodeWork& d : p.decode) EXPECT_FALSE(d.speculate);
 }
 
+// b adaptive requests decoding (context 4 of 100), priced with `curve`, measured at the given tokens and nodes
+// per round.
+SchedulerState adaptive_decoding(int b, int max_batch, const spec::CostModel& curve, double tokens, double nodes) {
+  SchedulerState st = make_state(max_batch, 64, 1 << 30);
+  st.config.cost = &curve;
+  for (int i = 0; i < b; ++i) {
+    SeqView s = seq(RequestId(i + 1), 4, 100);
+    s.phase = Phase::Decode;
+    s.prefilled = s.context_len = 4;
+    s.adaptive = true;
+    s.theta_floor = 0.0;
+    s.tokens_per_round = tokens;
+    s.nodes_per_round = nodes;
+    st.seqs.push_back(s);
+  }
+  return st;
+}
+
 // What the curve leaves out is learned from executed steps: rounds that cost far more than modelled switch
 // speculation off where the curve alone keeps it on, and residuals that match the model change nothing.
 TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
@@ -215,20 +233,7 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
   curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};  // memory-bound: speculation pays on the curve
   curve.fixed_ms_by_batch = {0.5, 1.0};
   curve.validate();
-  auto state_with = [&](int b) {
-    SchedulerState st = make_state(/*max_batch=*/8, 64, 1 << 30);
-    st.config.cost = &curve;
-    for (int i = 0; i < b; ++i) {
-      SeqView s = seq(RequestId(i + 1), 4, 100);
-      s.phase = Phase::Decode;
-      s.prefilled = s.context_len = 4;
-      s.adaptive = true;
-      s.tokens_per_round = 2.5;
-      s.nodes_per_round = 4;
-      st.seqs.push_back(s);
-    }
-    return st;
-  };
+  auto state_with = [&](int b) { return adaptive_decoding(b, /*max_batch=*/8, curve, 2.5, 4); };
   auto speculating = [](const Plan& p) {
     int n = 0;
     for (const DecodeWork& d : p.decode) n += d.speculate;
@@ -269,18 +274,7 @@ TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
   double previous_theta = -1;
   bool switched_off = false, on_at_one = false;
   for (int b : {1, 2, 4, 8, 16, 32, 64}) {
-    SchedulerState st = make_state(/*max_batch=*/64, 64, 1 << 30);
-    st.config.cost = &curve;
-    for (int i = 0; i < b; ++i) {
-      SeqView s = seq(RequestId(i + 1), 4, 100);
-      s.phase = Phase::Decode;
-      s.prefilled = s.context_len = 4;
-      s.adaptive = true;
-      s.theta_floor = 0.0;
-      s.tokens_per_round = 2.2;
-      s.nodes_per_round = 6;
-      st.seqs.push_back(s);
-    }
+    SchedulerState st = adaptive_decoding(b, /*max_batch=*/64, curve, 2.2, 6);
     Plan p = schedule(st);
     ASSERT_EQ(p.batch, b);
     int speculating = 0;

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from export import export_drafter, read_folder
 from grow_target import load_drafter
+import resumable
 from model import Drafter, DrafterConfig, Target, TargetConfig, config_dict
 
 
@@ -191,14 +192,8 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95))
     step, windows, log, done_s = 0, 0, [], 0.0  # done_s: training seconds of earlier runs of a resumed schedule
     if args.resume and os.path.exists(args.ckpt):
-        ck = torch.load(args.ckpt)
-        if "optim" not in ck:
-            raise SystemExit(f"{args.ckpt} is an export checkpoint without optimiser state; cannot resume")
-        drafter.load_state_dict(ck["state"])
-        opt.load_state_dict(ck["optim"])
+        ck = resumable.load(args.ckpt, drafter, opt, rng)
         step, windows, log, done_s = ck["step"], ck["windows"], ck["log"], ck["elapsed_s"]
-        rng.bit_generator.state = ck["rng"]
-        torch.set_rng_state(ck["torch_rng"])
         print(f"resumed at step {step}, {windows} windows, {done_s / 60:.1f} min", flush=True)
     elif args.init_from:
         m = evaluate(drafter, target, val_tok, taps, args.seq, 32, 16, 7, args.device)
@@ -206,10 +201,8 @@ def main():
         print(f"eval step 0 {json.dumps(m)}", flush=True)
 
     def save_resumable():
-        torch.save({"cfg": config_dict(dc), "state": drafter.state_dict(), "optim": opt.state_dict(), "step": step,
-                    "windows": windows, "log": log, "elapsed_s": done_s + time.time() - t0,
-                    "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
-        os.replace(args.ckpt + ".tmp", args.ckpt)
+        resumable.save(args.ckpt, config_dict(dc), drafter, opt, rng, step, done_s + time.time() - t0, log,
+                       windows=windows)
 
     t0 = last_export = last_ckpt = time.time()
     while True:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from export import export_target
 from grow_target import load_target
+import resumable
 from model import Target, TargetConfig, config_dict
 
 
@@ -114,14 +115,8 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     step, seen, log, done_s = 0, 0, [], 0.0  # done_s: training seconds of earlier runs of a resumed schedule
     if args.resume and os.path.exists(args.ckpt):
-        ck = torch.load(args.ckpt)
-        if "optim" not in ck:
-            raise SystemExit(f"{args.ckpt} is an export checkpoint without optimiser state; cannot resume")
-        model.load_state_dict(ck["state"])
-        opt.load_state_dict(ck["optim"])
+        ck = resumable.load(args.ckpt, model, opt, rng)
         step, seen, log, done_s = ck["step"], ck["seen"], ck["log"], ck["elapsed_s"]
-        rng.bit_generator.state = ck["rng"]
-        torch.set_rng_state(ck["torch_rng"])
         print(f"resumed at step {step}, {seen} tokens, {done_s / 60:.1f} min", flush=True)
     if args.init_from:
         vl0 = evaluate(model, val_tok, args.seq, 16, args.device, max_tokens=30_000)
@@ -130,10 +125,7 @@ def main():
             log.append({"step": 0, "tokens": 0, "minutes": 0.0, "val_loss_30k": vl0})
 
     def save_resumable():
-        torch.save({"cfg": config_dict(cfg), "state": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                    "seen": seen, "log": log, "elapsed_s": done_s + time.time() - t0, "rng": rng.bit_generator.state,
-                    "torch_rng": torch.get_rng_state()}, args.ckpt + ".tmp")
-        os.replace(args.ckpt + ".tmp", args.ckpt)  # a stop mid-write leaves the previous checkpoint
+        resumable.save(args.ckpt, config_dict(cfg), model, opt, rng, step, done_s + time.time() - t0, log, seen=seen)
 
     t0 = last_export = last_ckpt = time.time()
     while True:
