@@ -136,6 +136,9 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--prior", prior, "tokens per round the policy assumes before measuring (default: the engine's)");
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
+  std::string kv_dtype = "auto";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);
@@ -143,6 +146,7 @@ int bench_engine(int argc, char** argv) {
     return app.exit(e);
   }
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts_path, bundle);
   if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);

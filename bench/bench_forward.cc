@@ -134,6 +134,9 @@ int bench_forward(int argc, char** argv) {
   app.add_option("--drafter", drafter_dir,
                  "also time this drafter's round pieces (block forward per batch, context extension) against the "
                  "target's decode step");
+  std::string kv_dtype = "auto";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--json", json_out, "write results here");
   try {
     app.parse(argc, argv);
@@ -163,12 +166,14 @@ int bench_forward(int argc, char** argv) {
     }
   }
   auto model = TargetModel::load(model_dir);
+  if (kv_dtype != "auto") model->set_kv_dtype(kv_dtype == "f32" ? DType::F32 : DType::BF16);
   configure_for_model(model->weight_bytes(), threads);
   if (isas.empty()) isas.push_back(active_isa());  // after configure_for_model: the variant this model gets
   const ModelConfig& c = model->config();
   const double weight_gb = double(model->weight_bytes()) / 1e9;
-  std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %d threads\n",
-               c.num_layers, c.hidden_size, c.vocab_size, weight_gb, num_threads());
+  std::fprintf(stderr,
+               "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %s KV cache; %d threads\n",
+               c.num_layers, c.hidden_size, c.vocab_size, weight_gb, dtype_name(model->kv_dtype()), num_threads());
 
   std::fprintf(stderr, "CPU: %s; L3 %.0f MiB; ISA variants supported: %s\n", cpu_model_name().c_str(),
                double(l3_cache_bytes()) / (1 << 20), isa_summary().c_str());
@@ -242,6 +247,7 @@ int bench_forward(int argc, char** argv) {
                      {"drafter", drafter_json},
                      {"context", context},
                      {"threads", num_threads()},
+                     {"kv_dtype", dtype_name(model->kv_dtype())},
                      {"weight_gb", weight_gb},
                      {"cpu", cpu_model_name()},
                      {"l3_bytes", l3_cache_bytes()},

@@ -249,6 +249,9 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--cost-curve", cost_path, "adaptive arm: cost model JSON (default: measured here)");
   app.add_option("--write-cost-curve", cost_out, "write the measured cost curve here (for simulate)");
   app.add_option("--threads", threads, "model threads (0 = by model size)");
+  std::string kv_dtype = "auto";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--json", json_out, "results");
   app.add_option("--svg", svg_out, "plot of goodput and tree size against load");
   app.add_option("--traces", traces_out, "per-arm (tree size, accepted) of every round, for simulate");
@@ -270,6 +273,7 @@ int bench_serve(int argc, char** argv) {
   }
   const std::vector<PromptBody> prompts = load_prompts(prompts_path);
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   const int block = bundle.drafter->block_size();
 

@@ -47,13 +47,9 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   if (config_.cost_model) config_.cost_model->validate();
   max_context_ = std::min(config_.max_context, t.max_position_embeddings);
 
-  // One token row: K and V of every target layer, plus the drafter's context row (f32, kv_cache.h).
-  KVCache probe = target_.new_cache(1);
-  kv_bytes_per_row_ = int64_t(probe.num_layers()) * probe.kv_dim() * 2 * int64_t(sizeof(float));
-  if (drafter_) {
-    DrafterState d = drafter_->new_state(1);
-    kv_bytes_per_row_ += int64_t(d.context.num_layers()) * d.context.kv_dim() * 2 * int64_t(sizeof(float));
-  }
+  // One token row: K and V of every target layer, plus the drafter's context row, in their caches' dtypes.
+  kv_bytes_per_row_ = target_.new_cache(1).bytes_per_row();
+  if (drafter_) kv_bytes_per_row_ += drafter_->new_state(1).context.bytes_per_row();
   int64_t budget_rows = config_.kv_budget_bytes / kv_bytes_per_row_;
   if (config_.kv_budget_bytes == 0) budget_rows = int64_t(config_.max_batch) * (max_context_ + 66 + 16);
   config_.kv_budget_bytes = budget_rows * kv_bytes_per_row_;

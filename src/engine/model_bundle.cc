@@ -37,6 +37,15 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   return b;
 }
 
+void ModelBundle::set_kv_dtype(const std::string& choice) {
+  TS_CHECK(choice == "auto" || choice == "f32" || choice == "bf16", "KV cache dtype '", choice,
+           "': expected auto, f32 or bf16");
+  if (choice == "auto") return;  // each model keeps the dtype it chose at load
+  const DType dtype = choice == "f32" ? DType::F32 : DType::BF16;
+  target->set_kv_dtype(dtype);
+  if (drafter) drafter->set_kv_dtype(dtype);
+}
+
 std::vector<int32_t> ModelBundle::stop_ids() const {
   std::vector<int32_t> ids =
       chat_template && tokenizer ? chat_template->stop_ids(*tokenizer) : target->config().eos_token_ids;

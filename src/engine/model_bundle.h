@@ -27,6 +27,10 @@ struct ModelBundle {
 
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir);
 
+  // KV cache element type of the target and drafter: "auto" (bf16 for bf16 models, f32 otherwise), "f32" or
+  // "bf16". Throws ts::Error naming the choices for anything else. Call before making caches.
+  void set_kv_dtype(const std::string& choice);
+
   // Token ids that end generation: the chat template's stop ids, else config.json's eos ids; either way merged
   // with generation_config.json's eos ids (each id once, in that order).
   std::vector<int32_t> stop_ids() const;

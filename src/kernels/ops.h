@@ -55,6 +55,10 @@ void attention(const float* q, const float* k, const float* v, const uint8_t* vi
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
                        int head_dim, float scale);
+// attention() over bf16 K/V (a bf16 KV cache: raw bf16 bits): each element is widened exactly to f32 on load,
+// then the arithmetic is attention()'s, so the result equals attention() on the widened values.
+void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
+                      int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
@@ -92,6 +96,8 @@ void attention(const float* q, const float* k, const float* v, const uint8_t* vi
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
                        int head_dim, float scale);
+void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
+                      int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

@@ -34,6 +34,7 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
   d->shape_.rope_attention_scale = rope.attention_scale;
   d->embed_table_ = &ckpt.weight("embed_tokens.weight", {V, H});
   const DType compute = d->embed_table_->dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  d->kv_dtype_ = compute;
   const io::TensorRef& fc = ckpt.tensor("fc.weight");
   const std::vector<int64_t> fc_shape{H, d->tap_width()};
   TS_CHECK(fc.shape == fc_shape, dir, ": fc.weight is ", io::shape_to_string(fc.shape), " but ",
@@ -57,7 +58,12 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
 }
 
 DrafterState Drafter::new_state(int max_tokens) const {
-  return DrafterState{KVCache(config_.num_layers, shape_.kv_dim(), max_tokens + config_.block_size)};
+  return DrafterState{KVCache(config_.num_layers, shape_.kv_dim(), max_tokens + config_.block_size, kv_dtype_)};
+}
+
+void Drafter::set_kv_dtype(DType dtype) {
+  TS_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KV cache dtype must be F32 or BF16, got ", dtype_name(dtype));
+  kv_dtype_ = dtype;
 }
 
 void Drafter::embed(const int32_t* tokens, int n, float* x) const {
@@ -73,11 +79,13 @@ void Drafter::extend_context(DrafterState& state, const float* taps, const int32
   KVCache& cache = state.context;
   cache.begin_append(n);
   q_.resize(size_t(n) * Q);
+  block_kv_.resize(2 * size_t(n) * KV);  // [2, n, kv_dim]: this layer's k then v rows
+  float* k_rows = block_kv_.data();
+  float* v_rows = k_rows + size_t(n) * KV;
   // The context enters every layer's k/v directly (no input norm); the q part of the fused product is unused.
   for (int l = 0; l < config_.num_layers; ++l) {
-    const size_t at = size_t(cache.length()) * KV;
-    project_qkv(layers_[l], shape_, ctx_.data(), positions, n, scratch_, q_.data(), cache.keys(l) + at,
-                cache.values(l) + at);
+    project_qkv(layers_[l], shape_, ctx_.data(), positions, n, scratch_, q_.data(), k_rows, v_rows);
+    cache.write_pending(l, 0, n, k_rows, v_rows);
   }
   cache.commit_all();
 }
@@ -118,9 +126,7 @@ void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32
     for (int s = 0; s < n; ++s) {  // each block attends to its own context plus itself, as pending rows
       KVCache& cache = states[s]->context;
       cache.begin_append(B);
-      const size_t at = size_t(cache.length()) * KV;
-      std::memcpy(cache.keys(l) + at, k_rows + size_t(s) * B * KV, sizeof(float) * B * KV);
-      std::memcpy(cache.values(l) + at, v_rows + size_t(s) * B * KV, sizeof(float) * B * KV);
+      cache.write_pending(l, 0, B, k_rows + size_t(s) * B * KV, v_rows + size_t(s) * B * KV);
       masked_cache_attention(shape_, cache, l, &q_[size_t(s) * B * Q], B, block_masks_[s].data(),
                              &attn_[size_t(s) * B * Q]);
       cache.drop_pending();

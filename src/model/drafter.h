@@ -41,6 +41,9 @@ class Drafter {
   int tap_width() const { return int(config_.target_layer_ids.size()) * config_.target_hidden_size; }
 
   DrafterState new_state(int max_tokens) const;
+  // Element type of the context caches new_state makes: BF16 for a bf16 drafter, F32 otherwise, unless set.
+  DType kv_dtype() const { return kv_dtype_; }
+  void set_kv_dtype(DType dtype);
 
   // Appends n context rows. taps: [n, tap_width] (the target's layer outputs at target_layer_ids, concatenated),
   // positions: [n] (the tokens' positions). Projects each through fc + hidden_norm, then every layer's k/v.
@@ -78,6 +81,7 @@ class Drafter {
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]
+  DType kv_dtype_ = DType::F32;
   std::vector<float> markov_w1_;   // [vocab, rank], empty without a Markov head
   kernels::Linear markov_w2_;      // [vocab, rank]: bias = W2 * W1[parent]; unset without a Markov head
 
@@ -96,7 +100,7 @@ class Drafter {
   mutable long memo_hits_ = 0, memo_misses_ = 0;
   std::vector<std::vector<uint8_t>> block_masks_;       // [n][block, context_n + block] attention masks
   std::vector<int32_t> block_tokens_, block_positions_;  // [n * block]
-  std::vector<float> block_kv_;                          // [2, n * block, kv_dim] one layer's block k/v rows
+  std::vector<float> block_kv_;                          // [2, rows, kv_dim] one layer's k/v rows (block or context)
   std::vector<DrafterState*> block_states_;              // [1]: draft_block's one state
 };
 

@@ -7,18 +7,22 @@
 
 namespace ts {
 
-KVCache::KVCache(int num_layers, int kv_dim, int max_tokens)
-    : kv_dim_(kv_dim), max_tokens_(max_tokens), keys_(num_layers), values_(num_layers) {
+KVCache::KVCache(int num_layers, int kv_dim, int max_tokens, DType dtype)
+    : kv_dim_(kv_dim), max_tokens_(max_tokens), dtype_(dtype), keys_(num_layers), values_(num_layers) {
   TS_CHECK(num_layers > 0 && kv_dim > 0 && max_tokens > 0, "bad KV cache shape");
+  TS_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KV cache dtype must be F32 or BF16, got ",
+           dtype_name(dtype));
+  elem_bytes_ = int(dtype_size(dtype));
 }
 
 void KVCache::reserve_rows(int rows) {
   if (rows <= capacity_) return;
   // Grow geometrically so appending token by token stays amortised O(1).
   int new_capacity = std::min(max_tokens_, std::max(rows, std::max(64, capacity_ * 2)));
+  const size_t bytes = size_t(new_capacity) * kv_dim_ * elem_bytes_;
   for (size_t l = 0; l < keys_.size(); ++l) {
-    keys_[l].resize(size_t(new_capacity) * kv_dim_);
-    values_[l].resize(size_t(new_capacity) * kv_dim_);
+    keys_[l].resize(bytes);
+    values_[l].resize(bytes);
   }
   capacity_ = new_capacity;
 }
@@ -31,7 +35,47 @@ void KVCache::begin_append(int n) {
   pending_ = n;
 }
 
+namespace {
+void store_row_elems(const float* src, size_t n, DType dtype, uint8_t* dst) {
+  if (dtype == DType::F32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);  // [n]
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+}
+void load_row_elems(const uint8_t* src, size_t n, DType dtype, float* dst) {
+  if (dtype == DType::F32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const uint16_t* in = reinterpret_cast<const uint16_t*>(src);  // [n]
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(in[i]);
+}
+}  // namespace
+
+void KVCache::write_pending(int layer, int first, int n, const float* k, const float* v) {
+  TS_CHECK(layer >= 0 && layer < num_layers(), "KV write: layer ", layer, " out of range");
+  TS_CHECK(first >= 0 && n >= 0 && first + n <= pending_, "KV write: rows [", first, ", ", first + n,
+           ") outside the ", pending_, " pending rows");
+  const size_t row_bytes = size_t(kv_dim_) * elem_bytes_;
+  const size_t at = size_t(length_ + first) * row_bytes;
+  store_row_elems(k, size_t(n) * kv_dim_, dtype_, keys_[layer].data() + at);
+  store_row_elems(v, size_t(n) * kv_dim_, dtype_, values_[layer].data() + at);
+}
+
+KVRows KVCache::rows(int layer) const { return KVRows{keys_[layer].data(), values_[layer].data(), dtype_}; }
+
+void KVCache::read_row(int layer, int row, float* k, float* v) const {
+  TS_CHECK(layer >= 0 && layer < num_layers() && row >= 0 && row < length_ + pending_, "KV read: row ", row,
+           " of layer ", layer, " out of range");
+  const size_t row_bytes = size_t(kv_dim_) * elem_bytes_;
+  load_row_elems(keys_[layer].data() + row * row_bytes, kv_dim_, dtype_, k);
+  load_row_elems(values_[layer].data() + row * row_bytes, kv_dim_, dtype_, v);
+}
+
 void KVCache::commit(const std::vector<int32_t>& keep) {
+  const size_t row_bytes = size_t(kv_dim_) * elem_bytes_;
   int dst = length_;
   int last = -1;
   for (int32_t src_index : keep) {
@@ -40,8 +84,8 @@ void KVCache::commit(const std::vector<int32_t>& keep) {
     const int src = length_ + src_index;
     if (src != dst) {
       for (size_t l = 0; l < keys_.size(); ++l) {
-        std::memmove(&keys_[l][size_t(dst) * kv_dim_], &keys_[l][size_t(src) * kv_dim_], sizeof(float) * kv_dim_);
-        std::memmove(&values_[l][size_t(dst) * kv_dim_], &values_[l][size_t(src) * kv_dim_], sizeof(float) * kv_dim_);
+        std::memmove(&keys_[l][dst * row_bytes], &keys_[l][src * row_bytes], row_bytes);
+        std::memmove(&values_[l][dst * row_bytes], &values_[l][src * row_bytes], row_bytes);
       }
     }
     ++dst;

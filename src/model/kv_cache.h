@@ -4,33 +4,53 @@
 // [length, length + pending); commit(keep) then keeps a chosen subset of the pending rows (the accepted path of a
 // draft tree), compacted right after the committed ones, and drops the rest. Memory never grows with rejected
 // nodes: capacity grows only with committed length plus the largest batch.
+//
+// Rows are stored as f32 or bf16 (dtype()). A bf16 cache halves the memory and the attention's reads; rows are
+// rounded to nearest-even once, when written, so every later read of a row sees the same values whatever batch
+// it is read from (batch invariance and greedy identity hold as with f32).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace ts {
+
+// One layer's rows as the attention kernel reads them: key row j starts at k + j * kv_dim elements of dtype.
+struct KVRows {
+  const void* k = nullptr;  // [rows, kv_dim] of dtype
+  const void* v = nullptr;  // [rows, kv_dim] of dtype
+  DType dtype = DType::F32;
+};
 
 class KVCache {
  public:
   KVCache() = default;
-  // kv_dim = num_kv_heads * head_dim; max_tokens bounds committed + pending rows.
-  KVCache(int num_layers, int kv_dim, int max_tokens);
+  // kv_dim = num_kv_heads * head_dim; max_tokens bounds committed + pending rows. dtype: F32 or BF16.
+  KVCache(int num_layers, int kv_dim, int max_tokens, DType dtype = DType::F32);
 
   int length() const { return length_; }
   int pending() const { return pending_; }
   int max_tokens() const { return max_tokens_; }
   int kv_dim() const { return kv_dim_; }
   int num_layers() const { return int(keys_.size()); }
+  DType dtype() const { return dtype_; }
+  // Bytes one row takes over all layers, keys and values.
+  int64_t bytes_per_row() const { return int64_t(num_layers()) * kv_dim_ * 2 * int64_t(elem_bytes_); }
+  static int64_t bytes_per_row(int num_layers, int kv_dim, DType dtype) {
+    return int64_t(num_layers) * kv_dim * 2 * int64_t(dtype_size(dtype));
+  }
 
   // Reserves n pending rows after the committed ones (dropping any earlier pending rows).
   // Throws ts::Error when length + n > max_tokens.
   void begin_append(int n);
-  // Rows [0, length + pending) of one layer.  [rows, kv_dim]
-  float* keys(int layer) { return keys_[layer].data(); }
-  float* values(int layer) { return values_[layer].data(); }
-  const float* keys(int layer) const { return keys_[layer].data(); }
-  const float* values(int layer) const { return values_[layer].data(); }
+  // Writes pending rows [first, first + n) of one layer, rounded to the cache's dtype.  k, v: [n, kv_dim]
+  void write_pending(int layer, int first, int n, const float* k, const float* v);
+  // Rows [0, length + pending) of one layer.
+  KVRows rows(int layer) const;
+  // Row `row` of one layer widened to f32 (tests, tools).  k, v: [kv_dim]
+  void read_row(int layer, int row, float* k, float* v) const;
 
   // Keeps pending rows `keep` (strictly increasing indices into the pending rows) and drops the others.
   void commit(const std::vector<int32_t>& keep);
@@ -46,8 +66,10 @@ class KVCache {
   int capacity_ = 0;  // rows allocated per layer
   int length_ = 0;
   int pending_ = 0;
-  std::vector<std::vector<float>> keys_;    // [num_layers][capacity, kv_dim]
-  std::vector<std::vector<float>> values_;  // [num_layers][capacity, kv_dim]
+  DType dtype_ = DType::F32;
+  int elem_bytes_ = 4;
+  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][capacity, kv_dim] of dtype
+  std::vector<std::vector<uint8_t>> values_;  // [num_layers][capacity, kv_dim] of dtype
 };
 
 }  // namespace ts

@@ -25,6 +25,7 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   m->shape_.rope_attention_scale = rope.attention_scale;
   m->embed_table_ = &ckpt.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
   DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
+  m->kv_dtype_ = compute;
 
   for (int l = 0; l < c.num_layers; ++l)
     m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, compute));
@@ -40,7 +41,12 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
 }
 
 KVCache TargetModel::new_cache(int max_tokens) const {
-  return KVCache(config_.num_layers, shape_.kv_dim(), max_tokens);
+  return KVCache(config_.num_layers, shape_.kv_dim(), max_tokens, kv_dtype_);
+}
+
+void TargetModel::set_kv_dtype(DType dtype) {
+  TS_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KV cache dtype must be F32 or BF16, got ", dtype_name(dtype));
+  kv_dtype_ = dtype;
 }
 
 size_t TargetModel::weight_bytes() const {
@@ -68,8 +74,16 @@ void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_v
 
 void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
                             const uint8_t* mask, float* out) {
-  kernels::attention(q, cache.keys(layer), cache.values(layer), mask, out, n_rows, cache.length() + cache.pending(),
-                     shape.heads, shape.kv_heads, shape.head_dim, 1.0f / std::sqrt(float(shape.head_dim)));
+  const KVRows kv = cache.rows(layer);
+  const int n_kv = cache.length() + cache.pending();
+  const float scale = 1.0f / std::sqrt(float(shape.head_dim));
+  if (kv.dtype == DType::BF16) {
+    kernels::attention_bf16kv(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v), mask, out,
+                              n_rows, n_kv, shape.heads, shape.kv_heads, shape.head_dim, scale);
+  } else {
+    kernels::attention(q, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), mask, out, n_rows, n_kv,
+                       shape.heads, shape.kv_heads, shape.head_dim, scale);
+  }
 }
 
 void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
@@ -123,35 +137,21 @@ void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>
   embed(batch.tokens.data(), n, x_.data());
   result->hidden.resize(batch.hidden_layers.size() * size_t(n) * H);  // every slot is written below
 
-  // The K/V of a run's rows go to its cache's pending rows: straight there when the batch is one sequence, else
-  // through k_rows_ / v_rows_ and a copy per run.
-  const bool one_run = runs.size() == 1;
-  if (!one_run) {
-    k_rows_.resize(size_t(n) * KV);
-    v_rows_.resize(size_t(n) * KV);
-  }
+  // Each layer's K/V rows are computed into k_rows_ / v_rows_, then written (rounded to the cache's dtype) to the
+  // pending rows of each run's cache; attention reads them back from there, as later rounds will.
+  k_rows_.resize(size_t(n) * KV);
+  v_rows_.resize(size_t(n) * KV);
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     scratch_.h.resize(size_t(n) * H);
     kernels::rmsnorm(x_.data(), w.input_norm.data(), scratch_.h.data(), n, H, shape_.eps);
-    if (one_run) {
-      KVCache& cache = *caches[runs[0].seq];
-      const size_t at = size_t(cache.length()) * KV;
-      project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), cache.keys(l) + at,
-                  cache.values(l) + at);
-    } else {
-      project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), k_rows_.data(),
-                  v_rows_.data());
-    }
+    project_qkv(w, shape_, scratch_.h.data(), batch.positions.data(), n, scratch_, q_.data(), k_rows_.data(),
+                v_rows_.data());
     for (size_t r = 0; r < runs.size(); ++r) {
       const Run& run = runs[r];
       KVCache& cache = *caches[run.seq];
       const int rows = run.end - run.begin;
-      if (!one_run) {
-        const size_t at = size_t(cache.length()) * KV;
-        std::memcpy(cache.keys(l) + at, &k_rows_[size_t(run.begin) * KV], sizeof(float) * rows * KV);
-        std::memcpy(cache.values(l) + at, &v_rows_[size_t(run.begin) * KV], sizeof(float) * rows * KV);
-      }
+      cache.write_pending(l, 0, rows, &k_rows_[size_t(run.begin) * KV], &v_rows_[size_t(run.begin) * KV]);
       masked_cache_attention(shape_, cache, l, &q_[size_t(run.begin) * Q], rows, run_masks_[r].data(),
                              &attn_[size_t(run.begin) * Q]);
     }

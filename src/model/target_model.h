@@ -47,6 +47,9 @@ class TargetModel {
   // A fresh cache for one sequence: committed plus pending rows stay <= max_tokens. Positions are limited
   // separately by max_position_embeddings, so room for a draft tree's pending rows may go past it.
   KVCache new_cache(int max_tokens) const;
+  // Element type of the caches new_cache makes: BF16 for a bf16 model, F32 otherwise, unless set (F32 or BF16).
+  DType kv_dtype() const { return kv_dtype_; }
+  void set_kv_dtype(DType dtype);
 
   // Appends each row's K/V to its sequence's cache as pending rows (the caller then commits the rows to keep).
   void forward(const ForwardBatch& batch, const std::vector<KVCache*>& caches, ForwardResult* result);
@@ -65,6 +68,7 @@ class TargetModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]
+  DType kv_dtype_ = DType::F32;
 
   // Scratch, reused between calls.
   LayerScratch scratch_;
@@ -72,7 +76,7 @@ class TargetModel {
   std::vector<float> q_;       // [n, q_dim]
   std::vector<float> attn_;    // [n, q_dim]
   std::vector<std::vector<uint8_t>> run_masks_;  // [runs][rows of the run, its cache rows]
-  std::vector<float> k_rows_, v_rows_;           // [n, kv_dim] K/V of a multi-sequence batch before the copy
+  std::vector<float> k_rows_, v_rows_;           // [n, kv_dim] this layer's K/V rows before they enter the caches
   std::vector<float> normed_;                     // [logit rows, hidden]
 };
 

@@ -4,7 +4,10 @@
 // since greedy speculative output must equal plain greedy output token for token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <tuple>
 
 #include "model_test_util.h"
 
@@ -14,13 +17,15 @@ namespace {
 using testing::run_sequence;
 using testing::temp_dir;
 
-class ForwardTest : public ::testing::TestWithParam<DType> {
+// (weights dtype, KV cache dtype): every property holds for f32 and bf16 caches alike.
+class ForwardTest : public ::testing::TestWithParam<std::tuple<DType, DType>> {
  protected:
   void SetUp() override {
     dir_ = temp_dir("fwd");
     ModelConfig c = tiny_qwen3_config(/*vocab=*/97, /*hidden=*/48, /*layers=*/2);
-    write_random_model(dir_, c, GetParam(), 1234);
+    write_random_model(dir_, c, std::get<0>(GetParam()), 1234);
     model_ = TargetModel::load(dir_);
+    model_->set_kv_dtype(std::get<1>(GetParam()));
   }
   std::string dir_;
   std::unique_ptr<TargetModel> model_;
@@ -158,8 +163,34 @@ TEST_P(ForwardTest, BadInputIsAnErrorNotACrash) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, ForwardTest, ::testing::Values(DType::F32, DType::BF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+// A bf16 cache rounds each K/V element once (relative error <= 2^-9): a sequence's logits stay within a bound of
+// the f32 cache's, and the cache holds half the bytes.
+TEST_P(ForwardTest, Bf16CacheStaysCloseToF32Cache) {
+  TargetModel& m = *model_;
+  const std::vector<int32_t> seq = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4};
+  m.set_kv_dtype(DType::F32);
+  const std::vector<float> f32 = run_sequence(m, seq);
+  const int64_t f32_bytes = m.new_cache(8).bytes_per_row();
+  m.set_kv_dtype(DType::BF16);
+  const std::vector<float> bf16 = run_sequence(m, seq);
+  EXPECT_EQ(m.new_cache(8).bytes_per_row() * 2, f32_bytes);
+  double max_abs = 0, max_err = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    max_abs = std::max(max_abs, double(std::abs(f32[i])));
+    max_err = std::max(max_err, double(std::abs(f32[i] - bf16[i])));
+  }
+  EXPECT_GT(max_err, 0.0) << "a bf16 cache that changes nothing is not rounding";
+  EXPECT_LT(max_err, 2e-2 * max_abs) << "bf16 KV moved the logits by " << max_err << " of " << max_abs;
+  EXPECT_THROW(m.set_kv_dtype(DType::F16), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, ForwardTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::Values(DType::F32, DType::BF16)),
+                         [](const auto& info) {
+                           return std::string("weights_") + dtype_name(std::get<0>(info.param)) + "_kv_" +
+                                  dtype_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ts

@@ -35,6 +35,7 @@ int cmd_calibrate(int argc, char** argv) {
   if (out.empty()) out = drafter_dir + "/" + spec::kCalibrationFileName;
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
   flags.apply_threads(bundle.target->weight_bytes());
+  bundle.set_kv_dtype(flags.kv_dtype);
   flags.apply_generation_config(bundle.generation_config);  // calibrate at the temperature generate would use
   PromptSet set = load_prompt_set(prompts, bundle);
   GenerateOptions opt = flags.options(bundle.drafter->block_size());

@@ -111,6 +111,7 @@ int cmd_generate(int argc, char** argv) {
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
   flags.apply_threads(bundle.target->weight_bytes());
+  bundle.set_kv_dtype(flags.kv_dtype);
   if (drafter_dir.empty() && flags.mode != "none") {
     if (!app.count("--mode")) {
       flags.mode = "none";  // no drafter given: plain decoding

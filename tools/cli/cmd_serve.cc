@@ -74,6 +74,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--served-model-name", name, "the model id clients use (default: the target folder's name)");
   app.add_option("--max-body-bytes", http.max_body_bytes, "larger request bodies get 413");
   app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
+  std::string kv_dtype = "auto";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_flag("--log-requests", http.access_log, "one line per response on stderr");
   app.add_option("--mode", spec.mode, "none (target only) | chain | tree")->check(CLI::IsMember({"none", "chain", "tree"}));
   app.add_option("--priority", spec.priority, "tree priority: calibrated | logq | marginal")
@@ -133,6 +136,7 @@ int cmd_serve(int argc, char** argv) {
                model_dir.c_str());
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   RequestOptions defaults = spec.defaults(bundle.drafter.get());
   engine.calibration = bundle.calibration;

@@ -22,6 +22,8 @@ void DecodeFlags::add_sampling(CLI::App& app) {
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   app.add_option("--max-context", max_context, "context limit, prompt included")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (0 = all)");
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
 void DecodeFlags::add_spec(CLI::App& app) {

@@ -26,6 +26,7 @@ struct DecodeFlags {
   bool adaptive = false;
   int load_batch = 1;                // the serving load the adaptive theta prices nodes for
   int threads = 0;
+  std::string kv_dtype = "auto";     // auto | f32 | bf16 (ModelBundle::set_kv_dtype)
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);

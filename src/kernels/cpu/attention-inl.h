@@ -14,6 +14,8 @@
 //   3. out = (sum_t p_t v_j) * (1 / sum_p), each element accumulated with FMAs in ascending j
 // Which pairs share a task only changes the loop nesting, never a pair's arithmetic: a row of a tree batch equals
 // the same row computed alone, or with only its visible keys (tests/kernels/attention_test.cc checks the bits).
+// K/V rows are f32 or bf16 (KvT = float or uint16_t): bf16 elements are widened exactly to f32 on load, so the
+// arithmetic after the load is the same code in both.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -44,8 +46,19 @@ TS_SIMD float exp_shifted(float* scores, int n) {
 // The first pair of a task to read a key block meets it in L3 or DRAM, a row per 4 KiB page at worst, where
 // hardware prefetchers stop: it asks for the rows a few keys ahead (the pairs after it find them in cache).
 constexpr int kPrefetchKeys = 8;
-inline void prefetch_row(const float* row, int n) {
-  for (int d = 0; d < n; d += 16) prefetch(row + d);  // one cache line per 16 floats
+template <typename KvT>
+inline void prefetch_row(const KvT* row, int n) {
+  constexpr int kPerLine = 64 / int(sizeof(KvT));
+  for (int d = 0; d < n; d += kPerLine) prefetch(row + d);
+}
+
+// Elements [0, min(n, kW)) of a K/V row widened to f32, zeros past n.
+TS_SIMD inline V load_kv(const float* p, int64_t n) { return load_n(p, n); }
+TS_SIMD inline V load_kv(const uint16_t* p, int64_t n) {
+  if (n >= kW) return load_bf16(p);
+  uint16_t part[kW] = {};  // a ragged head_dim's last vector
+  for (int64_t i = 0; i < n; ++i) part[i] = p[i];
+  return load_bf16(part);
 }
 
 // Keys per block: the block's key (then value) rows of one head stay in L1/L2 while every (row, head) pair of
@@ -57,21 +70,21 @@ constexpr int kAccVectors = 4;
 // Scores of one or two heads (kTwo: qb used) of one row against n keys (row indices into k_head): four keys at a
 // time, each dot one FMA chain of kW lanes over d followed by reduce_add4's fixed order. A key's score never
 // depends on which keys share its group of four (the tail repeats the last key and drops the copies).
-template <bool kTwo>
-TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const float* k_head,
+template <bool kTwo, typename KvT>
+TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const KvT* k_head,
                         size_t kv_stride, int head_dim, float scale, float* sa, float* sb, bool prefetch_ahead) {
   for (int t = 0; t < n; t += 4) {
     if (prefetch_ahead)
       for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + 4); ++u)
         prefetch_row(k_head + size_t(keys[u]) * kv_stride, head_dim);
-    const float* k[4];
+    const KvT* k[4];
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) k[u] = k_head + size_t(keys[std::min(t + u, n - 1)]) * kv_stride;
     V a0 = zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     for (int d = 0; d < head_dim; d += kW) {
       const int64_t left = head_dim - d;
-      const V k0 = load_n(k[0] + d, left), k1 = load_n(k[1] + d, left), k2 = load_n(k[2] + d, left),
-              k3 = load_n(k[3] + d, left);
+      const V k0 = load_kv(k[0] + d, left), k1 = load_kv(k[1] + d, left), k2 = load_kv(k[2] + d, left),
+              k3 = load_kv(k[3] + d, left);
       const V qad = load_n(qa + d, left);
       a0 = fma(qad, k0, a0), a1 = fma(qad, k1, a1), a2 = fma(qad, k2, a2), a3 = fma(qad, k3, a3);
       if constexpr (kTwo) {
@@ -92,8 +105,8 @@ TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n
 
 // acc_a[0, head_dim) += sum_t pa[t] v_{keys[t]} (and acc_b with pb when kTwo), one FMA per key in ascending t
 // for every element; up to kAccVectors vectors per head in registers per pass over the keys.
-template <bool kTwo, int kVectors>
-TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int n, const float* v_head,
+template <bool kTwo, int kVectors, typename KvT>
+TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int n, const KvT* v_head,
                          size_t kv_stride, int d0, int width, float* acc_a, float* acc_b, int prefetch_width) {
   V aa[kVectors], ab[kVectors];
 #pragma GCC unroll 4
@@ -102,7 +115,7 @@ TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int 
     if constexpr (kTwo) ab[a] = load_n(acc_b + d0 + a * kW, width - a * kW);
   }
   for (int t = 0; t < n; ++t) {
-    const float* vj = v_head + size_t(keys[t]) * kv_stride + d0;  // [width]
+    const KvT* vj = v_head + size_t(keys[t]) * kv_stride + d0;  // [width]
     if (prefetch_width > 0 && t + kPrefetchKeys < n)
       prefetch_row(v_head + size_t(keys[t + kPrefetchKeys]) * kv_stride, prefetch_width);
     const V wa = set1(pa[t]);
@@ -110,7 +123,7 @@ TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int 
     if constexpr (kTwo) wb = set1(pb[t]);
 #pragma GCC unroll 4
     for (int a = 0; a < kVectors; ++a) {
-      const V v = load_n(vj + a * kW, width - a * kW);
+      const V v = load_kv(vj + a * kW, width - a * kW);
       aa[a] = fma(wa, v, aa[a]);
       if constexpr (kTwo) ab[a] = fma(wb, v, ab[a]);
     }
@@ -122,8 +135,8 @@ TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int 
   }
 }
 
-template <bool kTwo>
-TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys, int n, const float* v_head,
+template <bool kTwo, typename KvT>
+TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys, int n, const KvT* v_head,
                                size_t kv_stride, int head_dim, float* acc_a, float* acc_b, bool prefetch_ahead) {
   for (int d0 = 0; d0 < head_dim; d0 += kAccVectors * kW) {
     const int width = std::min(head_dim - d0, kAccVectors * kW);
@@ -147,8 +160,9 @@ struct TaskScratch {
 };
 
 // One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
-// kv_stride floats apart. Returns false if a row sees no key.
-TS_SIMD bool attend_block(const float* q, const float* k_head, const float* v_head, size_t kv_stride,
+// kv_stride elements apart. Returns false if a row sees no key.
+template <typename KvT>
+TS_SIMD bool attend_block(const float* q, const KvT* k_head, const KvT* v_head, size_t kv_stride,
                           const uint8_t* visible, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
                           int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
   const int group = n_heads / n_kv_heads;
@@ -231,12 +245,10 @@ TS_SIMD bool attend_block(const float* q, const float* k_head, const float* v_he
   return true;
 }
 
-}  // namespace
-
-// Returns false if some query row sees no key (the caller reports it).
-bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
-                      const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                      float scale) {
+template <typename KvT>
+bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                  const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                  float scale) {
   const int blocks = (n_q + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
   std::atomic<bool> all_rows_see_a_key{true};
@@ -252,6 +264,22 @@ bool attention(const float* q, const float* k, const float* v, int64_t kv_row_st
       all_rows_see_a_key.store(false, std::memory_order_relaxed);
   });
   return all_rows_see_a_key;
+}
+
+}  // namespace
+
+// Returns false if some query row sees no key (the caller reports it). K/V in f32, or bf16 bits.
+bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+               const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+               float scale) {
+  return attention_kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
+                      scale);
+}
+bool attention(const float* q, const uint16_t* k_bf16, const uint16_t* v_bf16, int64_t kv_row_stride,
+               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+               int n_kv_heads, int head_dim, float scale) {
+  return attention_kv(q, k_bf16, v_bf16, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads,
+                      head_dim, scale);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

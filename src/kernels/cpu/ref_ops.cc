@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 
@@ -65,9 +66,14 @@ void attention(const float* q, const float* k, const float* v, const uint8_t* vi
                     head_dim, scale);
 }
 
-void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
-                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
-                       int head_dim, float scale) {
+namespace {
+inline double kv_value(float x) { return x; }
+inline double kv_value(uint16_t bits) { return bf16_to_f32(bits); }
+
+template <typename KvT>
+void attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                  const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                  float scale) {
   TS_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: n_heads (", n_heads,
            ") must be a multiple of n_kv_heads (", n_kv_heads, ")");
   const int group = n_heads / n_kv_heads;
@@ -79,9 +85,9 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
       double max_s = -INFINITY;
       for (int j = 0; j < n_kv; ++j) {
         if (!visible[size_t(i) * n_kv + j]) continue;
-        const float* kj = k + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
+        const KvT* kj = k + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
         double dot = 0.0;
-        for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * kj[d];
+        for (int d = 0; d < head_dim; ++d) dot += double(qh[d]) * kv_value(kj[d]);
         score[j] = dot * scale;
         max_s = std::max(max_s, score[j]);
       }
@@ -92,13 +98,26 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
         if (!visible[size_t(i) * n_kv + j]) continue;
         const double p = std::exp(score[j] - max_s);
         sum += p;
-        const float* vj = v + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
-        for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+        const KvT* vj = v + j * kv_row_stride + kvh * kv_head_stride;  // [head_dim]
+        for (int d = 0; d < head_dim; ++d) acc[d] += p * kv_value(vj[d]);
       }
       float* oh = out + (size_t(i) * n_heads + h) * head_dim;  // [head_dim]
       for (int d = 0; d < head_dim; ++d) oh[d] = float(acc[d] / sum);
     }
   }
+}
+}  // namespace
+
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale) {
+  attention_kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
+void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
+                      int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  attention_kv(q, k, v, int64_t(n_kv_heads) * head_dim, int64_t(head_dim), visible, out, n_q, n_kv, n_heads,
+               n_kv_heads, head_dim, scale);
 }
 
 }  // namespace ts::kernels::ref
