@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/completion.h"
+#include "server/connection_watch.h"
 
 namespace ts::server {
 
@@ -307,7 +308,16 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
           [completion](bool) { completion->abandon(); });  // a no-op once finished
       return;
     }
-    while (!completion->finished()) completion->step(std::chrono::milliseconds(1000));
+    // Nothing is written until the answer is ready, so a client that leaves is seen only by watching its socket:
+    // checked every 250 ms, it frees the slot and KV well within a second.
+    ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
+    while (!completion->finished()) {
+      completion->step(std::chrono::milliseconds(250));
+      if (!completion->finished() && watch.peer_closed()) {
+        completion->abandon();
+        return;
+      }
+    }
     if (completion->failed())
       return send_error(res, 500, completion->error(), "server_error", "generation_failed");
     res.set_content(dump_json(completion->response()), "application/json");

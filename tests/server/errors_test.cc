@@ -294,6 +294,44 @@ TEST_F(ServerTest, ClientDisconnectFreesTheSlotWithinOneSecond) {
   EXPECT_EQ(metric_value(m->body, "vllm:request_success_total{model_name=\"treespark-test\",finished_reason=\"abort\""), 1);
 }
 
+// A non-streaming request writes nothing until its answer is ready: its client leaving is seen by watching the
+// socket, and frees the slot within one second too.
+TEST_F(ServerTest, NonStreamingClientDisconnectFreesTheSlotWithinOneSecond) {
+  FakeBackendOptions fo;
+  fo.tick_ms = 50;
+  start(fo);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port_));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 200}}.dump();  // 200 ticks = 10 s of work
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  auto t0 = std::chrono::steady_clock::now();
+  while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(backend_->metrics().running, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the first check: the watch has its socket
+  ASSERT_EQ(backend_->metrics().running, 1) << "an open client's request must keep running";
+  ::close(fd);
+  const auto closed = std::chrono::steady_clock::now();
+  while (backend_->metrics().running > 0 && std::chrono::steady_clock::now() - closed < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  EXPECT_EQ(backend_->metrics().running, 0);
+  EXPECT_EQ(backend_->cancelled(), 1);
+  EXPECT_LT(freed_s, 1.0) << "slot freed after " << freed_s << " s";
+  std::printf("[non-streaming disconnect] backend slot freed %.3f s after the client closed\n", freed_s);
+  // A client that stays gets its whole answer (the watch does not mistake an open connection for a closed one).
+  auto r = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 12}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 12);
+}
+
 TEST_F(ServerTest, AFailingRequestDoesNotHurtTheOthers) {
   FakeBackendOptions fo;
   fo.fail_id = 4000;
