@@ -97,6 +97,8 @@ int bench_spec(int argc, char** argv) {
     std::sort(co.batches.begin(), co.batches.end());
     co.batches.erase(std::unique(co.batches.begin(), co.batches.end()), co.batches.end());
     co.reps = 3;
+  co.ks = policy_token_counts();
+  co.monotone = true;
     cost = measure_cost_curve(*bundle.target, co);
     cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
   }

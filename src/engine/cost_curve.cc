@@ -19,6 +19,33 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<int> policy_token_counts() { return {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 24, 32}; }
+
+void make_monotone_in_k(spec::CostModel& cost) {
+  const size_t K = cost.tokens.size();
+  for (size_t b = 0; b < cost.batches.size(); ++b) {
+    double* row = &cost.ms[b * K];  // [K]
+    // Pool adjacent violators: blocks of (mean, count), merged while a block's mean exceeds the next one's.
+    std::vector<double> mean;
+    std::vector<int> count;
+    for (size_t j = 0; j < K; ++j) {
+      mean.push_back(row[j]);
+      count.push_back(1);
+      while (mean.size() > 1 && mean[mean.size() - 2] > mean.back()) {
+        const size_t n = mean.size();
+        const int c = count[n - 2] + count[n - 1];
+        mean[n - 2] = (mean[n - 2] * count[n - 2] + mean[n - 1] * count[n - 1]) / c;
+        count[n - 2] = c;
+        mean.pop_back();
+        count.pop_back();
+      }
+    }
+    size_t j = 0;
+    for (size_t blk = 0; blk < mean.size(); ++blk)
+      for (int i = 0; i < count[blk]; ++i) row[j++] = mean[blk];
+  }
+}
+
 spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
   const ModelConfig& c = model.config();
   const int max_k = *std::max_element(opt.ks.begin(), opt.ks.end());
@@ -66,6 +93,7 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
       cost.ms.push_back(median(times));
     }
   }
+  if (opt.monotone) make_monotone_in_k(cost);
   cost.validate();
   return cost;
 }
@@ -121,6 +149,7 @@ spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, cons
   co.ks = o.ks;
   co.batches = o.batches;
   co.reps = o.reps;
+  co.monotone = true;
   spec::CostModel cost = measure_cost_curve(target, co);
   if (drafter) {
     cost.fixed_ms_by_batch = measure_draft_ms_by_batch(*drafter, co.context, o.batches, o.reps);

@@ -12,12 +12,25 @@
 
 namespace ts {
 
+// Token counts per sequence at which the adaptive policy's curve is measured: every k up to 8 and densely to 16.
+// The GEMMs' register tiles make L(b, k) a staircase in the rows b * k (flat while the rows fit one tile, then a
+// step), and pricing a node by interpolating between k = 4 and k = 8 put the step in the wrong place: on a Zen 4
+// it priced the 4th node at 0.8 ms where it cost 0.4, and the adaptive tree stopped a node short of the best
+// fixed one. Small k are cheap to measure; the large ones dominate the time.
+std::vector<int> policy_token_counts();
+
 struct CostCurveOptions {
   int context = 512;                          // committed tokens per sequence before the timed forwards
   std::vector<int> ks = {1, 2, 4, 8, 16, 32, 64};
   std::vector<int> batches = {1};
   int reps = 5;                               // timed runs per point after one warm-up; the median is kept
+  // Make each batch's row non-decreasing in k (pool-adjacent-violators: a noisy dip is averaged with its
+  // neighbours). A forward of more tokens never costs less; a dip would price the next node below nothing.
+  bool monotone = false;
 };
+
+// In place: each batch's costs, as a function of k, replaced by their least-squares non-decreasing fit.
+void make_monotone_in_k(spec::CostModel& cost);
 
 // Timed forwards leave the caches as they were (their rows are dropped).
 spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& options);
@@ -35,7 +48,7 @@ std::vector<double> measure_draft_ms_by_batch(Drafter& drafter, int context, con
 // the shipped pair with the defaults below.
 struct ServingCostOptions {
   int context = 256;
-  std::vector<int> ks = {1, 2, 4, 8, 16, 32};
+  std::vector<int> ks = policy_token_counts();
   std::vector<int> batches = {1, 2, 4, 8, 16};
   int reps = 3;
 };

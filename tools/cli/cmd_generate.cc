@@ -48,7 +48,8 @@ spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir,
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string key = cat(fs::weakly_canonical(model_dir, ec).string(), "|", bundle.target->weight_bytes(), "|",
-                              cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", load_batch);
+                              cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", load_batch, "|k",
+                              policy_token_counts().size());
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   const fs::path dir = xdg && *xdg ? fs::path(xdg) / "treespark" : fs::path(home && *home ? home : "/tmp") / ".cache/treespark";
@@ -68,6 +69,8 @@ spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir,
   co.batches = {1};
   if (load_batch > 1) co.batches.push_back(load_batch);
   co.reps = 3;
+  co.ks = policy_token_counts();
+  co.monotone = true;
   spec::CostModel cost = measure_cost_curve(*bundle.target, co);
   cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
   fs::create_directories(dir, ec);
