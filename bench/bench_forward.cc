@@ -177,6 +177,9 @@ int bench_forward(int argc, char** argv) {
 
   std::fprintf(stderr, "CPU: %s; L3 %.0f MiB; ISA variants supported: %s\n", cpu_model_name().c_str(),
                double(l3_cache_bytes()) / (1 << 20), isa_summary().c_str());
+  if (const MacRates r = bf16_dot_probe(); r.dpbf16_per_ns > 0)
+    std::fprintf(stderr, "one core: zmm FMA %.1f MACs/ns, vdpbf16ps %.1f MACs/ns; default variant %s\n", r.fma_per_ns,
+                 r.dpbf16_per_ns, isa_name(best_isa()));
   CostCurveOptions opt;
   opt.context = context;
   opt.ks = ks;

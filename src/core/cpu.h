@@ -36,12 +36,23 @@ const char* isa_name(Isa isa);
 Isa parse_isa(const std::string& name);
 bool isa_supported(Isa isa);          // does this CPU have what the variant needs?
 std::vector<Isa> supported_isas();    // every variant this CPU runs, scalar first
-// The default variant: amx where the CPU and OS have it, else avx512, else avx2, else scalar. avx512bf16 is
-// opt-in: its vdpbf16ps GEMM measured slower than avx512's widen-and-FMA one on the project's Xeons
-// (bench_linear, bf16 3072x1024, 1 thread: M=8 1.66x M=1 against 1.46x; M=64 9.6x against 7.8x; vdpbf16ps
-// retires ~1.3 G/s per core there). amx makes a batch of up to 16 rows cost about what one row does on a
-// DRAM-bound model (docs/benchmarks.md).
+// The default variant: amx where the CPU and OS have it, else avx512bf16 where vdpbf16ps out-runs zmm FMAs
+// (dpbf16_outruns_fma), else avx512, else avx2, else scalar. On the project's Xeons vdpbf16ps retires ~1.3 G/s per
+// core against ~5.4 G/s for an FMA, and avx512's widen-and-FMA GEMM was faster (bench_linear, bf16 3072x1024,
+// 1 thread: M=8 1.46x M=1 against 1.66x); on a Zen 4 the vdpbf16ps GEMM makes 8-16 rows and prefill 1.3-1.8x
+// cheaper than avx512's (docs/benchmarks.md). amx makes a batch of up to 16 rows cost about what one row does on
+// a DRAM-bound model.
 Isa best_isa();
+// Whether this CPU's vdpbf16ps (32 bf16 MACs per zmm) retires more multiply-adds per ns than its zmm FMAs (16
+// f32 MACs) by a clear margin (1.25x): measured once, in about 0.1 ms, by independent chains of each (the
+// best of several tries, so a descheduled try cannot decide). False without AVX-512-BF16.
+bool dpbf16_outruns_fma();
+// The measurement behind it: multiply-adds per ns of one core's zmm FMAs and vdpbf16ps (zeros without
+// AVX-512-BF16).
+struct MacRates {
+  double fma_per_ns = 0, dpbf16_per_ns = 0;
+};
+MacRates bf16_dot_probe();
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
 // is not a variant's name.

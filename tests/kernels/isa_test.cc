@@ -2,6 +2,8 @@
 // machine), and that set_isa switches what the kernels run.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <string>
 
 #include "core/cpu.h"
@@ -66,7 +68,16 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), Isa::Scalar);
   for (size_t i = 1; i < isas.size(); ++i) EXPECT_LT(int(isas[i - 1]), int(isas[i]));
-  EXPECT_EQ(best_isa(), isas.back() == Isa::Avx512Bf16 ? Isa::Avx512 : isas.back());  // bf16 dot is opt-in
+  // avx512bf16 only where its vdpbf16ps out-runs the FMAs (measured), else avx512.
+  const Isa want = isas.back() != Isa::Avx512Bf16 ? isas.back() : dpbf16_outruns_fma() ? Isa::Avx512Bf16 : Isa::Avx512;
+  EXPECT_EQ(best_isa(), want);
+  EXPECT_EQ(dpbf16_outruns_fma(), dpbf16_outruns_fma()) << "measured once, then fixed";
+  if (!isa_supported(Isa::Avx512Bf16)) {
+    EXPECT_FALSE(dpbf16_outruns_fma());
+  }
+  const MacRates rates = bf16_dot_probe();
+  std::printf("[isa] best variant here: %s (MACs per ns: zmm FMA %.1f, vdpbf16ps %.1f)\n", isa_name(best_isa()),
+              rates.fma_per_ns, rates.dpbf16_per_ns);
   const Isa saved = active_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {
