@@ -116,15 +116,19 @@ namespace {
 constexpr int kProbeChains = 12;  // >= latency x issue width of either instruction on the CPUs seen
 constexpr int kProbeSteps = 512;
 
-// Multiply-adds per ns of kProbeChains independent zmm FMA chains (16 MACs per instruction).
-__attribute__((target("avx512f"))) double fma_macs_per_ns() {
+// Multiply-adds per ns of kProbeChains independent chains of zmm FMAs (16 MACs per instruction) or, kDot, of
+// vdpbf16ps (32: 16 lanes x a pair). Called only where AVX-512-BF16 is present.
+template <bool kDot>
+__attribute__((target("avx512f,avx512bf16"))) double macs_per_ns() {
   __m512 acc[kProbeChains];
   for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm512_set1_ps(float(c));
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  const __m512bh a_bh = (__m512bh)_mm512_set1_epi32(0x3f803f80), b_bh = (__m512bh)_mm512_set1_epi32(0x3a833a83);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kProbeSteps; ++i)
 #pragma GCC unroll 12
-    for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+    for (int c = 0; c < kProbeChains; ++c)
+      acc[c] = kDot ? _mm512_dpbf16_ps(acc[c], a_bh, b_bh) : _mm512_fmadd_ps(acc[c], a, b);
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   __m512 sum = acc[0];
   for (int c = 1; c < kProbeChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
@@ -132,26 +136,7 @@ __attribute__((target("avx512f"))) double fma_macs_per_ns() {
   _mm512_store_ps(lanes, sum);
   volatile float sink = lanes[0];  // keeps the chains
   (void)sink;
-  return double(kProbeSteps) * kProbeChains * 16 / std::max(ns, 1.0);
-}
-
-// The same for vdpbf16ps (32 MACs per instruction: 16 lanes x a pair).
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_macs_per_ns() {
-  __m512 acc[kProbeChains];
-  for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm512_set1_ps(float(c));
-  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kProbeSteps; ++i)
-#pragma GCC unroll 12
-    for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-  __m512 sum = acc[0];
-  for (int c = 1; c < kProbeChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  volatile float sink = lanes[0];  // keeps the chains
-  (void)sink;
-  return double(kProbeSteps) * kProbeChains * 32 / std::max(ns, 1.0);
+  return double(kProbeSteps) * kProbeChains * (kDot ? 32 : 16) / std::max(ns, 1.0);
 }
 
 }  // namespace
@@ -161,8 +146,8 @@ MacRates bf16_dot_probe() {
     MacRates r;
     if (!isa_supported(Isa::Avx512Bf16)) return r;
     for (int t = 0; t < 7; ++t) {  // interleaved, best of each: a try cut by the scheduler only lowers one
-      r.fma_per_ns = std::max(r.fma_per_ns, fma_macs_per_ns());
-      r.dpbf16_per_ns = std::max(r.dpbf16_per_ns, dpbf16_macs_per_ns());
+      r.fma_per_ns = std::max(r.fma_per_ns, macs_per_ns<false>());
+      r.dpbf16_per_ns = std::max(r.dpbf16_per_ns, macs_per_ns<true>());
     }
     return r;
   }();

@@ -191,16 +191,9 @@ TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {
 
 TEST_F(EngineServerTest, DisconnectFreesTheEngineSlotAndKv) {
   start(tree_defaults(*bundle_->drafter, false));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port_));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  const int fd = send_raw_post(port_, "/v1/completions",
+                                json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump());
+  ASSERT_GE(fd, 0);
   char buf[4096];
   ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
   auto t0 = std::chrono::steady_clock::now();

@@ -182,17 +182,9 @@ TEST_F(ServerTest, ApiKey) {
 
 // Opens a streaming request on a raw socket and returns the fd after the response headers arrived.
 int open_stream(int port, const std::string& body) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  if (::send(fd, req.data(), req.size(), 0) != ssize_t(req.size())) return -1;
+  const int fd = send_raw_post(port, "/v1/completions", body);
   char buf[512];
-  if (::recv(fd, buf, sizeof buf, 0) <= 0) return -1;
+  if (fd < 0 || ::recv(fd, buf, sizeof buf, 0) <= 0) return -1;
   return fd;
 }
 
@@ -300,16 +292,9 @@ TEST_F(ServerTest, NonStreamingClientDisconnectFreesTheSlotWithinOneSecond) {
   FakeBackendOptions fo;
   fo.tick_ms = 50;
   start(fo);
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port_));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  const std::string body = json{{"prompt", "a"}, {"max_tokens", 200}}.dump();  // 200 ticks = 10 s of work
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  // 200 ticks = 10 s of work
+  const int fd = send_raw_post(port_, "/v1/completions", json{{"prompt", "a"}, {"max_tokens", 200}}.dump());
+  ASSERT_GE(fd, 0);
   auto t0 = std::chrono::steady_clock::now();
   while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,6 +19,21 @@
 #include "tokenizer/tokenizer.h"
 
 namespace ts::server::testing {
+
+// A raw loopback connection that has sent `POST path` with this JSON body (for tests that must close the socket
+// themselves). Returns the socket, or -1.
+inline int send_raw_post(int port, const std::string& path, const std::string& body) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return ::close(fd), -1;
+  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (::send(fd, req.data(), req.size(), 0) != ssize_t(req.size())) return ::close(fd), -1;
+  return fd;
+}
 
 inline std::string shipped_target_dir() { return std::string(TS_SOURCE_DIR) + "/models/treespark-target"; }
 
