@@ -1,7 +1,8 @@
 #include "spec/expand.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -79,6 +80,64 @@ int select_top(const float* probs, int vocab, int count, int32_t* top, double* t
   return kept;
 }
 
+// Sampling: the expected p_hat of a parent's next child, E[p_hat(q(x), rank)] over x drawn from its remaining q r
+// (r = q with the earlier children zeroed, normalised). This, not p_hat of the largest remaining q, is the slot's
+// priority when children are sampled: the largest remaining q is what the draw gets only sometimes, and ranking
+// by it overrates siblings, whose remaining mass is spread thin (the best-first trees of 4-8 nodes accepted less
+// than a 5-node chain at T = 1 before). It is computed from r before the draw, so admission still never reads the
+// value it admits. p_hat is tabulated over q's float bits (exponent + 4 mantissa bits, 16 steps per octave:
+// each q is within 3% of its bin's centre), so the expectation is a look-up and a multiply-add per token.
+class PHatTable {
+ public:
+  static constexpr int kShift = 19, kEntries = 1 << (31 - kShift);  // positive floats only: 4096 bins
+  void prepare(const Calibration& c) {
+    if (ready_ && same(c)) return;
+    cal_ = c;
+    ready_ = true;
+    for (int bucket = 0; bucket < kRankBuckets; ++bucket)
+      for (int i = 0; i < kEntries; ++i) {
+        const uint32_t bits = (uint32_t(i) << kShift) | (1u << (kShift - 1));  // the bin's centre
+        float q;
+        std::memcpy(&q, &bits, 4);
+        table_[bucket][i] = std::isfinite(q) ? float(c.p_hat(std::min(double(q), 1.0), bucket)) : 1.0f;
+      }
+  }
+  // E[p_hat] of a draw from r ([vocab], >= 0, not normalised); 0 when r has no mass.
+  double expected(const float* r, int vocab, int rank) const {
+    const float* t = table_[rank_bucket(rank)];
+    double weighted = 0, mass = 0;
+    constexpr int kBlock = 256;  // float partial sums per block, double across blocks
+    for (int b0 = 0; b0 < vocab; b0 += kBlock) {
+      float wb = 0, mb = 0;
+      for (int x = b0; x < std::min(vocab, b0 + kBlock); ++x) {
+        uint32_t bits;
+        std::memcpy(&bits, &r[x], 4);
+        wb += r[x] * t[bits >> kShift];  // r[x] = +0 reads bin 0, weighted by 0
+        mb += r[x];
+      }
+      weighted += wb, mass += mb;
+    }
+    return mass > 0 ? weighted / mass : 0.0;
+  }
+
+ private:
+  bool same(const Calibration& c) const {
+    for (int i = 0; i < kRankBuckets; ++i)
+      if (c.rank_offset[i] != cal_.rank_offset[i]) return false;
+    return c.a == cal_.a && c.b == cal_.b;
+  }
+  bool ready_ = false;
+  Calibration cal_;
+  float table_[kRankBuckets][kEntries];
+};
+
+// Uncalibrated priorities (p_hat = q): E[q(x)] for x drawn from r.
+double expected_q(const float* r, int vocab) {
+  double sq = 0, mass = 0;
+  for (int x = 0; x < vocab; ++x) sq += double(r[x]) * r[x], mass += r[x];
+  return mass > 0 ? sq / mass : 0.0;
+}
+
 // Expansion's work space, reused across calls on a thread so a round allocates nothing once warm.
 struct ExpandScratch {
   std::vector<OpenParent> open;             // [tree size], indexed by node
@@ -89,6 +148,7 @@ struct ExpandScratch {
   std::vector<std::vector<float>> marginal;  // [depth][vocab] Marginal q, computed once per depth
   std::vector<std::vector<float>> pool;     // sampling: [vocab] remaining-q buffers, one per open parent
   std::vector<int> free_buffers;            // indices into pool not held by a parent
+  PHatTable p_hat_table;                    // sampling: tabulated p_hat of the calibration in use
 };
 
 }  // namespace
@@ -132,6 +192,15 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   for (auto& m : s.marginal) m.clear();
   s.free_buffers.clear();
   for (int i = 0; i < int(s.pool.size()); ++i) s.free_buffers.push_back(i);
+  if (sampling && calibrated) s.p_hat_table.prepare(calibration);
+  // The log priority of a parent's next child (rank = children drawn so far): greedy, p_hat of the largest
+  // remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
+  const auto log_next_p_hat = [&](int node, double largest_q, int rank) {
+    if (!sampling) return log_p_hat(largest_q, rank);
+    const float* r = s.pool[s.open[node].remaining].data();  // [vocab]
+    const double e = calibrated ? s.p_hat_table.expected(r, vocab, rank) : expected_q(r, vocab);
+    return e > 0 ? std::log(e) : -std::numeric_limits<double>::infinity();
+  };
   tree.token.reserve(node_cap + 1);  // the tree's arrays grow to at most node_cap + 1 entries
   tree.parent.reserve(node_cap + 1);
   tree.depth.reserve(node_cap + 1);
@@ -215,7 +284,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
       p.top_count = select_top(q, vocab, branch_cap, top_of(parent), top_q_of(parent));
       const double next_q = next_remaining_q(parent, &token);
       if (next_q > 0) {
-        push(Slot{p.log_survival + log_p_hat(next_q, 0), parent, true});
+        push(Slot{p.log_survival + log_next_p_hat(parent, next_q, 0), parent, true});
       } else {
         close(parent);
       }
@@ -253,7 +322,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     int32_t next_token = -1;
     const double next_q = p.drawn_count < branch_cap ? next_remaining_q(parent, &next_token) : 0;
     if (next_q > 0) {
-      push(Slot{p.log_survival + log_p_hat(next_q, p.drawn_count), parent, true});
+      push(Slot{p.log_survival + log_next_p_hat(parent, next_q, p.drawn_count), parent, true});
     } else {
       close(parent);
     }

@@ -135,7 +135,7 @@ double expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
   EXPECT_NEAR(got.total, 1.0, 1e-12) << describe(c);
   EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " seed " << seed;
   EXPECT_LT(max_abs_diff(got.pair, want.pair), 1e-9) << describe(c) << " seed " << seed;
-  EXPECT_GT(got.outcomes, 1);
+  EXPECT_GT(got.outcomes, 1) << describe(c) << ": the case drew no tree";
   return got.mean_nodes;
 }
 
@@ -145,7 +145,7 @@ TEST(VerifyExact, TreesAcrossTemperaturesProcessorsAndShapes) {
                                     sampling(1.0f, 0, 0.8f), sampling(0.5f, 0, 1, 0.2f), sampling(1.5f, 4, 0.9f, 0.05f)};
   const TreeParams shapes[] = {shape(TreeMode::Tree, 1, 1, 0),   shape(TreeMode::Tree, 2, 3, 0),
                                shape(TreeMode::Tree, 3, 4, 0),   shape(TreeMode::Tree, 3, 6, 0.02),
-                               shape(TreeMode::Tree, 2, 5, 0.2), shape(TreeMode::Tree, 3, 6, 0.6)};
+                               shape(TreeMode::Tree, 2, 5, 0.2), shape(TreeMode::Tree, 3, 6, 0.35)};
   for (const SamplingParams& target : targets) {
     for (const TreeParams& tree : shapes) {
       const ExactCase c{target, target.temperature, tree, Calibration{1.3, 0.4}};

@@ -1,6 +1,9 @@
 // treespark calibrate: fit the edge-acceptance calibration p_hat = sigmoid(a * logit(q) + b) for one model pair
 // and temperature from verification labels, and store it in treespark_calibration.json beside the drafter.
+#include <array>
+#include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "commands.h"
 #include "core/error.h"
@@ -63,6 +66,19 @@ int cmd_calibrate(int argc, char** argv) {
   std::printf("temperature %.3g: a = %.4f, b = %.4f from %lld edges; ECE %.4f before, %.4f after -> %s\n",
               entry.temperature, entry.a, entry.b, (long long)entry.edges, entry.ece_before, entry.ece_after,
               out.c_str());
+  {
+    // Reliability by depth and sibling rank: what the fit can and cannot express (it has no depth term).
+    const spec::Calibration fitted = table.lookup(entry.temperature);
+    std::map<std::pair<int, int>, std::array<double, 3>> cells;  // (depth, rank bucket) -> {n, labels, p_hat}
+    for (const spec::EdgeRecord& e : edges) {
+      auto& c = cells[{e.depth, spec::rank_bucket(e.sibling_rank)}];
+      const double q = 1 / (1 + std::exp(-e.logit_q));
+      c[0] += 1, c[1] += e.accepted, c[2] += fitted.p_hat(q, e.sibling_rank);
+    }
+    std::printf("depth rank  edges  accepted  mean p_hat\n");
+    for (const auto& [key, c] : cells)
+      std::printf("%5d %4d %6.0f  %8.3f  %10.3f\n", key.first, key.second, c[0], c[1] / c[0], c[2] / c[0]);
+  }
   if (!holdout.empty()) {
     std::vector<spec::EdgeRecord> held;
     for (const std::string& file : holdout) {
