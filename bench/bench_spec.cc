@@ -50,6 +50,12 @@ int bench_spec(int argc, char** argv) {
   app.add_option("--drafter", drafter_dir)->required();
   app.add_option("--prompts", prompts, "JSONL prompt set")->required();
   app.add_option("--temperatures", temperatures)->delimiter(',');
+  int top_k = 0;
+  float top_p = 1;
+  app.add_option("--top-k", top_k, "target top-k for T > 0 (0 = off); sampled drafts use it too")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", top_p, "target top-p for T > 0 (1 = off); sampled drafts use it too")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--chain-lens", chain_lens, "chain lengths to try (default 2..block_size-1); the best is the baseline")
       ->delimiter(',');
   app.add_option("--fixed-caps", fixed_caps, "node caps of the fixed-budget trees (theta 0)")->delimiter(',');
@@ -112,6 +118,7 @@ int bench_spec(int argc, char** argv) {
         const ArmSpec& arm = arms[a];
         GenerateOptions o;
         o.sampling.temperature = temperature;
+        if (temperature > 0) o.sampling.top_k = top_k, o.sampling.top_p = top_p;
         o.sampling.seed = seed + p;
         o.max_new_tokens = max_tokens;
         o.stop_ids = bundle.stop_ids();
@@ -145,7 +152,8 @@ int bench_spec(int argc, char** argv) {
           (best_chain == 0 || totals[a].ms_per_token() < totals[best_chain].ms_per_token()))
         best_chain = a;
     const ArmTotals& chain = totals[best_chain];
-    std::printf("\n%s, T = %.1f, %zu prompts x %d tokens; baseline = %s (best chain)\n", prompts.c_str(), temperature,
+    std::printf("\n%s, T = %.1f (top-k %d, top-p %.2f), %zu prompts x %d tokens; baseline = %s (best chain)\n",
+                prompts.c_str(), temperature, temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f,
                 set.prompt_ids.size(), max_tokens, arms[best_chain].name.c_str());
     std::printf("%-12s %10s %10s %10s %10s %10s %10s %10s\n", "arm", "acc/round", "tok/round", "tree", "ms/token",
                 "acc x", "speed x", "build %");

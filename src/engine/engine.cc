@@ -125,6 +125,8 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
     live->tree.branch_cap = 1;
   }
   live->tree.temperature = o.sampling.temperature;
+  // Sampled drafts use the request's processors too (draft_source.h): closer to the processed p, accepted more.
+  live->tree.filter = spec::DraftFilter{o.sampling.top_k, o.sampling.top_p, o.sampling.min_p};
   live->calibration = o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature);
   live->context_rows = context_need(request, live->max_context);
   live->reserve_rows = live->context_rows + tree_rows(o) +

@@ -22,6 +22,7 @@ struct DraftTree {
   // How the tokens were drawn; verify() rebuilds each q_j from these.
   QSource q_source = QSource::Conditional;
   float draft_temperature = 0;  // 0: deterministic (top-q) children; > 0: sampled without replacement
+  DraftFilter draft_filter;     // sampled children: the top-k / top-p / min-p applied to q (draft_source.h)
 
   int size() const { return static_cast<int>(token.size()); }
   // Appends a node; returns its index.

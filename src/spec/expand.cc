@@ -175,6 +175,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   DraftTree tree;
   tree.q_source = q_source;
   tree.draft_temperature = params.temperature;
+  tree.draft_filter = params.filter;
   tree.add(anchor, -1, 0, 1.0, 1.0f);
   if (node_cap == 0 || branch_cap == 0 || source.block_size == 0) return tree;
 
@@ -274,12 +275,12 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
         std::vector<float>& shared = s.marginal[child_depth];
         if (shared.empty()) {
           shared.resize(vocab);
-          draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data());
+          draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data(), params.filter);
         }
         q = shared.data();
         if (sampling) std::copy(q, q + vocab, own);  // drawn tokens are zeroed in the parent's own copy
       } else {
-        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, own);
+        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, own, params.filter);
       }
       p.top_count = select_top(q, vocab, branch_cap, top_of(parent), top_q_of(parent));
       const double next_q = next_remaining_q(parent, &token);

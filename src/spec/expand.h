@@ -47,6 +47,7 @@ struct TreeParams {
   int branch_cap = 4;   // max children per node (Chain: 1)
   int draft_len = 4;    // Chain: number of nodes
   float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
+  DraftFilter filter;     // sampling: the request's top-k / top-p / min-p, applied to q too (draft_source.h)
   // Optional load-adaptive threshold: max(theta, adaptive_theta(*cost_model, batch, 1 + nodes, 1 + sum survivals)).
   const CostModel* cost_model = nullptr;
   int batch = 1;

@@ -27,7 +27,8 @@ int32_t test_children(const DraftTree& tree, int32_t node, const std::vector<int
   thread_local std::vector<double> residual;  // [vocab]
   if (sampled_draft) {
     q.resize(vocab);
-    draft_probs_f32(source, tree.q_source, tree.depth[node] + 1, tree.token[node], tree.draft_temperature, q.data());
+    draft_probs_f32(source, tree.q_source, tree.depth[node] + 1, tree.token[node], tree.draft_temperature, q.data(),
+                    tree.draft_filter);
   }
   residual.resize(vocab);
   double* pv = p->data();

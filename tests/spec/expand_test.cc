@@ -220,6 +220,39 @@ TEST(Expand, CostModelShrinksTheTreeTowardTheChain) {
   for (int i = 0; i < heavy.size(); ++i) EXPECT_LE(heavy.children(i).size(), 1u) << "heavy load should give a chain";
 }
 
+TEST(DraftFilter, KeepsWhatTheTargetsProcessorsWouldAndRenormalises) {
+  const std::vector<float> q = {0.05f, 0.30f, 0.10f, 0.30f, 0.20f, 0.05f};
+  auto filtered = [&](DraftFilter f) {
+    std::vector<float> out = q;
+    apply_draft_filter(f, int(out.size()), out.data());
+    return out;
+  };
+  auto kept = [](const std::vector<float>& v) {
+    std::vector<int> k;
+    double sum = 0;
+    for (int t = 0; t < int(v.size()); ++t) {
+      if (v[t] > 0) k.push_back(t);
+      sum += v[t];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+    return k;
+  };
+  EXPECT_EQ(kept(filtered({})), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(filtered({}), q) << "an inactive filter changes nothing";
+  EXPECT_EQ(kept(filtered({2, 1, 0})), (std::vector<int>{1, 3}));           // top-2
+  EXPECT_EQ(kept(filtered({3, 1, 0})), (std::vector<int>{1, 3, 4}));        // top-3
+  EXPECT_EQ(kept(filtered({5, 1, 0})), (std::vector<int>{0, 1, 2, 3, 4, 5}));  // ties with the 5th survive
+  EXPECT_EQ(kept(filtered({0, 0.5f, 0})), (std::vector<int>{1, 3}));        // 0.3 + 0.3 reaches 0.5
+  EXPECT_EQ(kept(filtered({0, 0.65f, 0})), (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(kept(filtered({0, 1, 0.5f})), (std::vector<int>{1, 3, 4}));     // >= 0.15
+  EXPECT_EQ(kept(filtered({3, 0.5f, 0})), (std::vector<int>{1, 3}));        // top-p of what top-k left
+  const std::vector<float> two = filtered({2, 1, 0});
+  EXPECT_FLOAT_EQ(two[1], 0.5f);
+  EXPECT_FLOAT_EQ(two[3], 0.5f);
+  EXPECT_THROW(filtered({-1, 1, 0}), Error);
+  EXPECT_THROW(filtered({0, 0, 0}), Error);
+}
+
 TEST(Expand, RejectsBadParameters) {
   const SyntheticDrafter d = SyntheticDrafter::random(4, 2, 1, 1);
   const DraftSource s = d.source();

@@ -194,6 +194,22 @@ TEST(VerifyExact, DraftTemperatureDiffersFromTarget) {
   }
 }
 
+// Sampled drafts filtered by the request's top-k / top-p / min-p (or by others): still exact, with trees whose
+// parents have fewer tokens left than branch_cap, and with the filter differing from the target's processors.
+TEST(VerifyExact, DraftFilterStaysExact) {
+  const DraftFilter filters[] = {{2, 1, 0}, {0, 0.7f, 0}, {0, 1, 0.3f}, {3, 0.8f, 0.1f}, {1, 1, 0}};
+  const SamplingParams targets[] = {sampling(1.0f), sampling(0.7f, 3, 0.9f), sampling(1.2f, 0, 0.8f, 0.05f)};
+  for (const DraftFilter& f : filters) {
+    for (const SamplingParams& target : targets) {
+      for (TreeParams tree : {shape(TreeMode::Tree, 3, 5, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
+                              shape(TreeMode::Marginal, 2, 4, 0)}) {
+        tree.filter = f;
+        expect_exact(ExactCase{target, target.temperature, tree, Calibration{1.2, 0.3}}, 6, 17);
+      }
+    }
+  }
+}
+
 // Several random pairs and tiny vocabularies, including the full 8.
 TEST(VerifyExact, RandomPairsAndVocabularies) {
   for (uint64_t seed = 20; seed < 24; ++seed) {
