@@ -102,11 +102,14 @@ int bench_spec(int argc, char** argv) {
       if (load > 1) co.batches.push_back(load);
     std::sort(co.batches.begin(), co.batches.end());
     co.batches.erase(std::unique(co.batches.begin(), co.batches.end()), co.batches.end());
-    co.reps = 3;
+    co.reps = 7;
   co.ks = policy_token_counts();
   co.monotone = true;
     cost = measure_cost_curve(*bundle.target, co);
     cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
+    std::fprintf(stderr, "adaptive arms' cost curve, b=%d:", cost.batches[0]);
+    for (size_t j = 0; j < cost.tokens.size(); ++j) std::fprintf(stderr, " k%d %.2f", cost.tokens[j], cost.ms[j]);
+    std::fprintf(stderr, "; F %.2f ms\n", cost.fixed_ms);
   }
 
   nlohmann::json out = nlohmann::json::array();

@@ -68,7 +68,7 @@ spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir,
   co.context = std::min(256, bundle.target->config().max_position_embeddings - 64);
   co.batches = {1};
   if (load_batch > 1) co.batches.push_back(load_batch);
-  co.reps = 3;
+  co.reps = 7;  // measured once per machine and cached: worth the steadier medians
   co.ks = policy_token_counts();
   co.monotone = true;
   spec::CostModel cost = measure_cost_curve(*bundle.target, co);
