@@ -305,17 +305,8 @@ TEST(Scheduler, SampledRequestsWithFewerTokensPerRoundStopSpeculatingFirst) {
   // The break-even batch of a request emitting 2.6 tokens per round is higher than one emitting 1.4.
   auto off_batch = [&](double tokens_per_round, float temperature) {
     for (int b = 1; b <= 64; ++b) {
-      SchedulerState st = make_state(64, 64, 1 << 30);
-      st.config.cost = &curve;
-      for (int i = 0; i < b; ++i) {
-        SeqView s = seq(RequestId(i + 1), 4, 100);
-        s.phase = Phase::Decode;
-        s.prefilled = s.context_len = 4;
-        s.adaptive = true;
-        s.temperature = temperature;
-        s.tokens_per_round = tokens_per_round;
-        st.seqs.push_back(s);
-      }
+      SchedulerState st = adaptive_decoding(b, 64, curve, tokens_per_round, 0);
+      for (SeqView& s : st.seqs) s.temperature = temperature;
       if (!schedule(st).decode[0].speculate) return b;
     }
     return 65;
