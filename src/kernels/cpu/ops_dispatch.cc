@@ -134,12 +134,12 @@ void check_attention_shape(int64_t kv_row_stride, int64_t kv_head_stride, int n_
   TS_CHECK(kv_row_stride >= 0 && kv_head_stride >= 0, "attention: strides must be >= 0, got ", kv_row_stride, ", ",
            kv_head_stride);
 }
-constexpr const char* kRowSeesNoKey = "attention: a query row sees no key (every row of `visible` needs at least one 1)";
-}  // namespace
 
-void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
-                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
-                       int head_dim, float scale) {
+// The SIMD variants' attention over K/V of element type KvT (float, or bf16 bits), or `scalar` (the reference).
+template <typename KvT, typename Scalar>
+void dispatch_attention(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                        int head_dim, float scale, Scalar scalar) {
   check_attention_shape(kv_row_stride, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim);
   bool every_row_sees_a_key = true;
   switch (path()) {
@@ -151,31 +151,28 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
       every_row_sees_a_key = cpu::avx2::attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
                                                   n_heads, n_kv_heads, head_dim, scale);
       break;
-    case Path::Scalar:
-      return ref::attention_strided(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads,
-                                    n_kv_heads, head_dim, scale);
+    case Path::Scalar: return scalar();
   }
-  TS_CHECK(every_row_sees_a_key, kRowSeesNoKey);
+  TS_CHECK(every_row_sees_a_key, "attention: a query row sees no key (every row of `visible` needs at least one 1)");
+}
+}  // namespace
+
+void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                       const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, float scale) {
+  dispatch_attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
+                     scale, [&] {
+                       ref::attention_strided(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
+                                              n_heads, n_kv_heads, head_dim, scale);
+                     });
 }
 
 void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
                       int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  const int64_t row_stride = int64_t(n_kv_heads) * head_dim, head_stride = head_dim;
-  check_attention_shape(row_stride, head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim);
-  bool every_row_sees_a_key = true;
-  switch (path()) {
-    case Path::Avx512:
-      every_row_sees_a_key = cpu::avx512::attention(q, k, v, row_stride, head_stride, visible, out, n_q, n_kv,
-                                                    n_heads, n_kv_heads, head_dim, scale);
-      break;
-    case Path::Avx2:
-      every_row_sees_a_key = cpu::avx2::attention(q, k, v, row_stride, head_stride, visible, out, n_q, n_kv, n_heads,
-                                                  n_kv_heads, head_dim, scale);
-      break;
-    case Path::Scalar:
-      return ref::attention_bf16kv(q, k, v, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
-  }
-  TS_CHECK(every_row_sees_a_key, kRowSeesNoKey);
+  dispatch_attention(q, k, v, int64_t(n_kv_heads) * head_dim, int64_t(head_dim), visible, out, n_q, n_kv, n_heads,
+                     n_kv_heads, head_dim, scale, [&] {
+                       ref::attention_bf16kv(q, k, v, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+                     });
 }
 
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out) {
