@@ -1,6 +1,7 @@
 #include "spec/expand.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,21 +91,28 @@ int select_top(const float* probs, int vocab, int count, int32_t* top, double* t
 class PHatTable {
  public:
   static constexpr int kShift = 19, kEntries = 1 << (31 - kShift);  // positive floats only: 4096 bins
+  bool holds(const Calibration& c) const {
+    if (!ready_) return false;
+    for (int i = 0; i < kRankBuckets; ++i)
+      if (c.rank_offset[i] != cal_.rank_offset[i]) return false;
+    return c.a == cal_.a && c.b == cal_.b;
+  }
   void prepare(const Calibration& c) {
-    if (ready_ && same(c)) return;
+    if (holds(c)) return;
     cal_ = c;
     ready_ = true;
+    table_.resize(size_t(kRankBuckets) * kEntries);
     for (int bucket = 0; bucket < kRankBuckets; ++bucket)
       for (int i = 0; i < kEntries; ++i) {
         const uint32_t bits = (uint32_t(i) << kShift) | (1u << (kShift - 1));  // the bin's centre
         float q;
         std::memcpy(&q, &bits, 4);
-        table_[bucket][i] = std::isfinite(q) ? float(c.p_hat(std::min(double(q), 1.0), bucket)) : 1.0f;
+        table_[size_t(bucket) * kEntries + i] = std::isfinite(q) ? float(c.p_hat(std::min(double(q), 1.0), bucket)) : 1.0f;
       }
   }
   // E[p_hat] of a draw from r ([vocab], >= 0, not normalised); 0 when r has no mass.
   double expected(const float* r, int vocab, int rank) const {
-    const float* t = table_[rank_bucket(rank)];
+    const float* t = &table_[size_t(rank_bucket(rank)) * kEntries];
     double weighted = 0, mass = 0;
     constexpr int kBlock = 256;  // float partial sums per block, double across blocks
     for (int b0 = 0; b0 < vocab; b0 += kBlock) {
@@ -121,14 +129,9 @@ class PHatTable {
   }
 
  private:
-  bool same(const Calibration& c) const {
-    for (int i = 0; i < kRankBuckets; ++i)
-      if (c.rank_offset[i] != cal_.rank_offset[i]) return false;
-    return c.a == cal_.a && c.b == cal_.b;
-  }
   bool ready_ = false;
   Calibration cal_;
-  float table_[kRankBuckets][kEntries];
+  std::vector<float> table_;  // [kRankBuckets, kEntries] p_hat at each bin's centre, per rank bucket
 };
 
 // Uncalibrated priorities (p_hat = q): E[q(x)] for x drawn from r.
@@ -148,7 +151,10 @@ struct ExpandScratch {
   std::vector<std::vector<float>> marginal;  // [depth][vocab] Marginal q, computed once per depth
   std::vector<std::vector<float>> pool;     // sampling: [vocab] remaining-q buffers, one per open parent
   std::vector<int> free_buffers;            // indices into pool not held by a parent
-  PHatTable p_hat_table;                    // sampling: tabulated p_hat of the calibration in use
+  // Sampling: tabulated p_hat of the calibrations in use. Requests of different temperatures interleave on one
+  // thread (the engine expands every request's tree), so a few are kept rather than rebuilt (~16k p_hat each).
+  std::array<PHatTable, 4> p_hat_tables;
+  int next_table = 0;                       // the slot a calibration not held yet replaces
 };
 
 }  // namespace
@@ -193,13 +199,23 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   for (auto& m : s.marginal) m.clear();
   s.free_buffers.clear();
   for (int i = 0; i < int(s.pool.size()); ++i) s.free_buffers.push_back(i);
-  if (sampling && calibrated) s.p_hat_table.prepare(calibration);
+  const PHatTable* p_hat_table = nullptr;
+  if (sampling && calibrated) {
+    for (const PHatTable& t : s.p_hat_tables)
+      if (t.holds(calibration)) p_hat_table = &t;
+    if (!p_hat_table) {
+      PHatTable& t = s.p_hat_tables[s.next_table];
+      s.next_table = (s.next_table + 1) % int(s.p_hat_tables.size());
+      t.prepare(calibration);
+      p_hat_table = &t;
+    }
+  }
   // The log priority of a parent's next child (rank = children drawn so far): greedy, p_hat of the largest
   // remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
   const auto log_next_p_hat = [&](int node, double largest_q, int rank) {
     if (!sampling) return log_p_hat(largest_q, rank);
     const float* r = s.pool[s.open[node].remaining].data();  // [vocab]
-    const double e = calibrated ? s.p_hat_table.expected(r, vocab, rank) : expected_q(r, vocab);
+    const double e = calibrated ? p_hat_table->expected(r, vocab, rank) : expected_q(r, vocab);
     return e > 0 ? std::log(e) : -std::numeric_limits<double>::infinity();
   };
   tree.token.reserve(node_cap + 1);  // the tree's arrays grow to at most node_cap + 1 entries
