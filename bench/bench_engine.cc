@@ -17,6 +17,7 @@
 #include "benches.h"
 #include "core/cpu.h"
 #include "core/timer.h"
+#include "decode_flags.h"
 #include "engine/cost_curve.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
@@ -137,8 +138,7 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
   std::string kv_dtype = "auto";
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  cli::add_kv_dtype_option(app, &kv_dtype);
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);

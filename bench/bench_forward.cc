@@ -16,7 +16,9 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/timer.h"
+#include "decode_flags.h"
 #include "engine/cost_curve.h"
+#include "engine/model_bundle.h"
 #include "model/drafter.h"
 #include "model/random_checkpoint.h"
 #include "model/target_model.h"
@@ -135,8 +137,7 @@ int bench_forward(int argc, char** argv) {
                  "also time this drafter's round pieces (block forward per batch, context extension) against the "
                  "target's decode step");
   std::string kv_dtype = "auto";
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  cli::add_kv_dtype_option(app, &kv_dtype);
   app.add_option("--json", json_out, "write results here");
   try {
     app.parse(argc, argv);
@@ -166,7 +167,7 @@ int bench_forward(int argc, char** argv) {
     }
   }
   auto model = TargetModel::load(model_dir);
-  if (kv_dtype != "auto") model->set_kv_dtype(kv_dtype == "f32" ? DType::F32 : DType::BF16);
+  if (const std::optional<DType> kv = parse_kv_dtype(kv_dtype)) model->set_kv_dtype(*kv);
   configure_for_model(model->weight_bytes(), threads);
   if (isas.empty()) isas.push_back(active_isa());  // after configure_for_model: the variant this model gets
   const ModelConfig& c = model->config();

@@ -21,6 +21,7 @@
 #include "benches.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "decode_flags.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
@@ -250,8 +251,7 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--write-cost-curve", cost_out, "write the measured cost curve here (for simulate)");
   app.add_option("--threads", threads, "model threads (0 = by model size)");
   std::string kv_dtype = "auto";
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  cli::add_kv_dtype_option(app, &kv_dtype);
   app.add_option("--json", json_out, "results");
   app.add_option("--svg", svg_out, "plot of goodput and tree size against load");
   app.add_option("--traces", traces_out, "per-arm (tree size, accepted) of every round, for simulate");

@@ -37,13 +37,18 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   return b;
 }
 
-void ModelBundle::set_kv_dtype(const std::string& choice) {
+std::optional<DType> parse_kv_dtype(const std::string& choice) {
   TS_CHECK(choice == "auto" || choice == "f32" || choice == "bf16", "KV cache dtype '", choice,
            "': expected auto, f32 or bf16");
-  if (choice == "auto") return;  // each model keeps the dtype it chose at load
-  const DType dtype = choice == "f32" ? DType::F32 : DType::BF16;
-  target->set_kv_dtype(dtype);
-  if (drafter) drafter->set_kv_dtype(dtype);
+  if (choice == "auto") return std::nullopt;
+  return choice == "f32" ? DType::F32 : DType::BF16;
+}
+
+void ModelBundle::set_kv_dtype(const std::string& choice) {
+  const std::optional<DType> dtype = parse_kv_dtype(choice);
+  if (!dtype) return;
+  target->set_kv_dtype(*dtype);
+  if (drafter) drafter->set_kv_dtype(*dtype);
 }
 
 std::vector<int32_t> ModelBundle::stop_ids() const {

@@ -15,6 +15,10 @@
 
 namespace ts {
 
+// A --kv-dtype choice: "auto" gives nullopt (each model keeps the dtype it chose at load: bf16 for bf16
+// weights), "f32" and "bf16" the dtype. Throws ts::Error naming the choices for anything else.
+std::optional<DType> parse_kv_dtype(const std::string& choice);
+
 struct ModelBundle {
   std::string model_dir, drafter_dir;
   std::unique_ptr<TargetModel> target;
@@ -27,8 +31,7 @@ struct ModelBundle {
 
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir);
 
-  // KV cache element type of the target and drafter: "auto" (bf16 for bf16 models, f32 otherwise), "f32" or
-  // "bf16". Throws ts::Error naming the choices for anything else. Call before making caches.
+  // KV cache element type of the target and drafter (parse_kv_dtype). Call before making caches.
   void set_kv_dtype(const std::string& choice);
 
   // Token ids that end generation: the chat template's stop ids, else config.json's eos ids; either way merged

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "decode_flags.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
@@ -75,8 +76,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-body-bytes", http.max_body_bytes, "larger request bodies get 413");
   app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
   std::string kv_dtype = "auto";
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_kv_dtype_option(app, &kv_dtype);
   app.add_flag("--log-requests", http.access_log, "one line per response on stderr");
   app.add_option("--mode", spec.mode, "none (target only) | chain | tree")->check(CLI::IsMember({"none", "chain", "tree"}));
   app.add_option("--priority", spec.priority, "tree priority: calibrated | logq | marginal")

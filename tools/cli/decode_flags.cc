@@ -22,8 +22,7 @@ void DecodeFlags::add_sampling(CLI::App& app) {
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   app.add_option("--max-context", max_context, "context limit, prompt included")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (0 = all)");
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_kv_dtype_option(app, &kv_dtype);
 }
 
 void DecodeFlags::add_spec(CLI::App& app) {
@@ -124,6 +123,11 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     ids.push_back(int32_t(v));
   }
   return ids;
+}
+
+void add_kv_dtype_option(CLI::App& app, std::string* choice) {
+  app.add_option("--kv-dtype", *choice, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
 }  // namespace ts::cli

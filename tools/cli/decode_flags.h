@@ -52,6 +52,9 @@ struct DecodeFlags {
   std::vector<std::string> unsupported_;  // generation_config.json sampling keys not applied
 };
 
-std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" or "1 2 3"
+std::vector<int32_t> parse_ids(const std::string& text);
+
+// --kv-dtype auto|f32|bf16 (engine/model_bundle.h, parse_kv_dtype), for every command that loads a model.
+void add_kv_dtype_option(CLI::App& app, std::string* choice);  // "1,2,3" or "1 2 3"
 
 }  // namespace ts::cli
