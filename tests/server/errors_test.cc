@@ -263,23 +263,15 @@ TEST_F(ServerTest, ClientDisconnectFreesTheSlotWithinOneSecond) {
   start(fo);
   int fd = open_stream(port_, json{{"prompt", "a"}, {"max_tokens", 200}, {"stream", true}}.dump());
   ASSERT_GE(fd, 0);
-  // Wait until it runs in the backend.
-  auto t0 = std::chrono::steady_clock::now();
-  while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_until([&] { return backend_->metrics().running > 0; }, 3);  // it runs in the backend
   ASSERT_EQ(backend_->metrics().running, 1);
   ::close(fd);
-  const auto closed = std::chrono::steady_clock::now();
-  while (backend_->metrics().running > 0 && std::chrono::steady_clock::now() - closed < std::chrono::seconds(3))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  const double freed_s = wait_until([&] { return backend_->metrics().running == 0; }, 3);
   EXPECT_EQ(backend_->metrics().running, 0);
   EXPECT_EQ(backend_->cancelled(), 1);
   EXPECT_LT(freed_s, 1.0) << "slot freed after " << freed_s << " s";
   std::printf("[disconnect] backend slot freed %.3f s after the client closed\n", freed_s);
-  t0 = std::chrono::steady_clock::now();
-  while (server_->in_flight() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_until([&] { return server_->in_flight() == 0; }, 2);
   EXPECT_EQ(server_->in_flight(), 0);
   auto m = get("/metrics");
   ASSERT_TRUE(m);
@@ -295,17 +287,12 @@ TEST_F(ServerTest, NonStreamingClientDisconnectFreesTheSlotWithinOneSecond) {
   // 200 ticks = 10 s of work
   const int fd = send_raw_post(port_, "/v1/completions", json{{"prompt", "a"}, {"max_tokens", 200}}.dump());
   ASSERT_GE(fd, 0);
-  auto t0 = std::chrono::steady_clock::now();
-  while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_until([&] { return backend_->metrics().running > 0; }, 3);
   ASSERT_EQ(backend_->metrics().running, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the first check: the watch has its socket
   ASSERT_EQ(backend_->metrics().running, 1) << "an open client's request must keep running";
   ::close(fd);
-  const auto closed = std::chrono::steady_clock::now();
-  while (backend_->metrics().running > 0 && std::chrono::steady_clock::now() - closed < std::chrono::seconds(5))
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  const double freed_s = wait_until([&] { return backend_->metrics().running == 0; }, 5);
   EXPECT_EQ(backend_->metrics().running, 0);
   EXPECT_EQ(backend_->cancelled(), 1);
   EXPECT_LT(freed_s, 1.0) << "slot freed after " << freed_s << " s";

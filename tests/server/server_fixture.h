@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,6 +35,15 @@ inline int send_raw_post(int port, const std::string& path, const std::string& b
                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   if (::send(fd, req.data(), req.size(), 0) != ssize_t(req.size())) return ::close(fd), -1;
   return fd;
+}
+
+// Polls `done` every 5 ms until it holds or limit_s passes; returns the seconds waited.
+template <typename Done>
+double wait_until(Done done, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  while (!done() && waited() < limit_s) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return waited();
 }
 
 inline std::string shipped_target_dir() { return std::string(TS_SOURCE_DIR) + "/models/treespark-target"; }
