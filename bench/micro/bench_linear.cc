@@ -30,6 +30,7 @@
 #include "core/timer.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
+#include "kernels/weight_memory.h"
 
 using namespace ts;
 using namespace ts::kernels;
@@ -95,8 +96,8 @@ int main(int argc, char** argv) {
   const std::string which = argc > 3 ? argv[3] : "all";
   set_num_threads(threads);
   g_cpu_clock = threads == 1;
-  std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB; M=k: time(M=k)/time(M=1)\n", threads,
-              g_cpu_clock ? "thread CPU" : "wall", mib);
+  std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB, huge pages %s; M=k: time(M=k)/time(M=1)\n", threads,
+              g_cpu_clock ? "thread CPU" : "wall", mib, weight_hugepages_state());
   std::vector<std::pair<int, int>> shapes = {{2048, 2048}, {3072, 1024}, {1024, 3072}};
   if (argc > 4) {
     int out = 0, in = 0;

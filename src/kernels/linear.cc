@@ -10,21 +10,11 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/simd_kernels.h"
+#include "kernels/weight_memory.h"
 
 namespace ts::kernels {
 
 namespace {
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// 64-byte aligned so each packed k step of a panel is one cache line.
-void* aligned_bytes(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  TS_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes of packed weights");
-  return p;
-}
 
 // weight [out, in] of `dtype` -> f32 or bf16 bits, row-major [out, in].
 std::vector<float> weights_as_f32(const void* weight, DType dtype, size_t n) {
@@ -57,7 +47,7 @@ std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n)
 struct Linear::Impl {
   int out_features = 0, in_features = 0;
   DType compute = DType::BF16;
-  std::unique_ptr<void, FreeDeleter> packed;  // see gemm_packed.h for the layout (the same for every ISA)
+  WeightBlock packed;  // see gemm_packed.h for the layout (the same for every ISA); on huge pages where possible
   size_t packed_bytes = 0;
 };
 
@@ -84,7 +74,7 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
     }
     m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
     // Zeroed slack after the last group: the amx GEMM's last k step reads whole 16-pair B tiles (gemm_packed.h).
-    m.packed.reset(aligned_bytes(m.packed_bytes + cpu::kPackedSlackBytes));
+    m.packed = allocate_weight_block(m.packed_bytes + cpu::kPackedSlackBytes);
     std::memset(static_cast<char*>(m.packed.get()) + m.packed_bytes, 0, cpu::kPackedSlackBytes);
     cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
   } else {
@@ -95,7 +85,7 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
       w = converted.data();
     }
     m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
-    m.packed.reset(aligned_bytes(m.packed_bytes));
+    m.packed = allocate_weight_block(m.packed_bytes);
     cpu::pack_f32(w, out_features, in_features, static_cast<float*>(m.packed.get()));
   }
 }

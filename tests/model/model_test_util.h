@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/error.h"
@@ -13,12 +17,29 @@
 
 namespace ts::testing {
 
+// The folders temp_dir made, removed when the test program exits (a test's models stay readable for its whole
+// run; nothing is left behind in the build folder). TS_KEEP_TEST_DIRS=1 keeps them for debugging.
+struct TempDirsRemovedAtExit {
+  std::mutex mutex;
+  std::vector<std::string> dirs;
+  ~TempDirsRemovedAtExit() {
+    if (std::getenv("TS_KEEP_TEST_DIRS") != nullptr) return;
+    std::error_code ec;
+    for (const std::string& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+
 inline std::string temp_dir(const std::string& name) {
+  static TempDirsRemovedAtExit made_dirs;
   std::string tmpl = std::string(TS_BINARY_DIR) + "/tmp_" + name + "_XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back(0);
   const char* made = mkdtemp(buf.data());
   EXPECT_NE(made, nullptr);
+  if (made != nullptr) {
+    std::lock_guard<std::mutex> lock(made_dirs.mutex);
+    made_dirs.dirs.push_back(made);
+  }
   return made ? std::string(made) : tmpl;
 }
 
