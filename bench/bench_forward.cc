@@ -245,6 +245,35 @@ int bench_forward(int argc, char** argv) {
                 i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill_tps, decode_tps,
                 prefill_tps / decode_tps);
   }
+  // The compute floor: what the GEMMs alone would cost at the variant's probed peak (one core's independent-chain
+  // multiply-adds per ns, times the threads), against the measured k=1 step. A ratio goal below its floor cannot be
+  // met on this machine by any kernel; attention's multiply-adds (a few % at context 512) are left out.
+  const double gemm_macs_per_row =
+      double(c.num_layers) * c.hidden_size *
+          (2.0 * c.num_heads * c.head_dim + 2.0 * c.num_kv_heads * c.head_dim + 3.0 * c.intermediate_size) +
+      double(c.vocab_size) * c.hidden_size;
+  std::printf("\nGEMM compute floor: %.3f G multiply-adds per row at the probed peak x %d threads (attention not counted)\n",
+              gemm_macs_per_row / 1e9, num_threads());
+  std::printf("%-11s %14s %12s %12s %12s %14s\n", "isa", "peak MAC/ns", "k=1 floor ms", "k8/k1 floor", "k16/k1 floor",
+              "pf/dec ceiling");
+  nlohmann::json floors = nlohmann::json::array();
+  for (const VariantResult& v : variants) {
+    const double peak = gemm_peak_macs_per_ns(v.isa) * num_threads();
+    if (peak <= 0) {
+      std::printf("%-11s %14s\n", isa_name(v.isa), "not probed");
+      continue;
+    }
+    const double k1 = v.cost.ms[0];
+    const double row_ms = gemm_macs_per_row / peak / 1e6;  // compute time of one row's GEMMs
+    const auto floor_ratio = [&](int k) { return std::max(k1, k * row_ms) / k1; };
+    std::printf("%-11s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), peak, row_ms, floor_ratio(8),
+                floor_ratio(16), k1 / row_ms);
+    floors.push_back({{"isa", isa_name(v.isa)},
+                      {"peak_macs_per_ns", peak},
+                      {"k8_floor", floor_ratio(8)},
+                      {"k16_floor", floor_ratio(16)},
+                      {"prefill_over_decode_ceiling", k1 / row_ms}});
+  }
   nlohmann::json drafter_json;
   if (!drafter_dir.empty()) drafter_json = bench_drafter(drafter_dir, *model, context, batches, reps, variants);
   nlohmann::json out{{"model", model_dir},
@@ -255,7 +284,8 @@ int bench_forward(int argc, char** argv) {
                      {"weight_gb", weight_gb},
                      {"cpu", cpu_model_name()},
                      {"l3_bytes", l3_cache_bytes()},
-                     {"variants", per_isa}};
+                     {"variants", per_isa},
+                     {"compute_floors", floors}};
   std::ofstream(json_out) << out.dump(2) << "\n";
   std::printf("wrote %s\n", json_out.c_str());
   return 0;

@@ -139,7 +139,49 @@ __attribute__((target("avx512f,avx512bf16"))) double macs_per_ns() {
   return double(kProbeSteps) * kProbeChains * (kDot ? 32 : 16) / std::max(ns, 1.0);
 }
 
+// The same for ymm FMAs (8 MACs per instruction): the avx2 variant's peak.
+__attribute__((target("avx2,fma"))) double ymm_fma_macs_per_ns() {
+  __m256 acc[kProbeChains];
+  for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm256_set1_ps(float(c));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kProbeSteps; ++i)
+#pragma GCC unroll 12
+    for (int c = 0; c < kProbeChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  __m256 sum = acc[0];
+  for (int c = 1; c < kProbeChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  volatile float sink = lanes[0];
+  (void)sink;
+  return double(kProbeSteps) * kProbeChains * 8 / std::max(ns, 1.0);
+}
+
 }  // namespace
+
+double gemm_peak_macs_per_ns(Isa isa) {
+  static const double ymm = [] {
+    double best = 0;
+    if (isa_supported(Isa::Avx2))
+      for (int t = 0; t < 7; ++t) best = std::max(best, ymm_fma_macs_per_ns());
+    return best;
+  }();
+  static const double zmm = [] {
+    double best = 0;
+    if (isa_supported(Isa::Avx512))
+      for (int t = 0; t < 7; ++t) best = std::max(best, macs_per_ns<false>());
+    return best;
+  }();
+  switch (isa) {
+    case Isa::Avx2: return ymm;
+    case Isa::Avx512: return zmm;
+    case Isa::Avx512Bf16: return bf16_dot_probe().dpbf16_per_ns;
+    case Isa::Amx:
+    case Isa::Scalar: break;
+  }
+  return 0;
+}
 
 MacRates bf16_dot_probe() {
   static const MacRates rates = [] {

@@ -53,6 +53,10 @@ struct MacRates {
   double fma_per_ns = 0, dpbf16_per_ns = 0;
 };
 MacRates bf16_dot_probe();
+// One core's peak multiply-adds per ns for the bf16 GEMM of `isa`: independent chains of ymm FMAs (avx2), zmm FMAs
+// (avx512) or vdpbf16ps (avx512bf16); 0 for scalar and amx (not probed) and where the CPU lacks the variant.
+// Measured once per width (best of 7 tries of ~0.1 ms). Benchmarks use it for the compute floor of a k-row call.
+double gemm_peak_macs_per_ns(Isa isa);
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
 // is not a variant's name.

@@ -78,6 +78,18 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
   const MacRates rates = bf16_dot_probe();
   std::printf("[isa] best variant here: %s (MACs per ns: zmm FMA %.1f, vdpbf16ps %.1f)\n", isa_name(best_isa()),
               rates.fma_per_ns, rates.dpbf16_per_ns);
+  // The compute-floor peaks bench forward prints: probed for each SIMD width the CPU has, nothing otherwise.
+  EXPECT_EQ(gemm_peak_macs_per_ns(Isa::Scalar), 0.0);
+  EXPECT_EQ(gemm_peak_macs_per_ns(Isa::Amx), 0.0);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16}) {
+    const double peak = gemm_peak_macs_per_ns(isa);
+    std::printf("[isa] %s GEMM peak %.1f MACs/ns per core\n", isa_name(isa), peak);
+    if (isa_supported(isa)) {
+      EXPECT_GT(peak, 1.0) << isa_name(isa);  // 8 MACs per cycle at 0.125 GHz would be a broken probe
+    } else {
+      EXPECT_EQ(peak, 0.0) << isa_name(isa);
+    }
+  }
   const Isa saved = active_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {

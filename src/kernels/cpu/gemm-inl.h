@@ -26,11 +26,13 @@ namespace {
 constexpr int kPanels = kGroupCols / kW;  // panels of kW columns per 64-column group (AVX2: 8, AVX-512: 4)
 constexpr int kChunkPairs = 256;  // k pairs per chunk (bf16: 64 cols x 512 k x 2 B = 64 KiB of weights)
 constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 64 KiB)
-// Software prefetch distance in k steps (16 x 256 B = 4 KiB ahead). Measured with weights streamed from DRAM
-// on the busy shared machine (AVX-512): 8 rows cost 1.2-1.3x one row with it, ~1.8x without; 1 row unchanged.
-// (Scaling the distance by kPanels / P for narrow tiles measured no better.)
+// Software prefetch. A chunk's first pass (row tile x panel subset) is the one that touches its weights first; the
+// other passes find them in L2. With one pass per chunk (one row: one tile of all panels) that pass prefetches its
+// own stream kPrefetchSteps k steps (4 KiB) ahead. With several, every pass prefetches an equal slice of the
+// NEXT chunk, so DRAM keeps streaming while the later passes compute; prefetching only in the first pass made
+// memory and arithmetic take turns. bench_linear, bf16 3072x1024 from DRAM, 1 thread, Zen 4, avx2 (8 rows = 8
+// passes): 8 rows 700-730 -> 550-560 us, 16 rows 1200-1220 -> 1020-1100 us; avx512 (2-4 passes) unchanged.
 constexpr int kPrefetchSteps = 16;
-
 // Parallelise only when the work is big enough to amortise the thread hand-off (~5 us): 1M multiply-adds is
 // 10-50 us on one core.
 constexpr int64_t kParallelMinMacs = 1 << 20;  // rows x out x in
@@ -38,12 +40,13 @@ constexpr int64_t kParallelMinMacs = 1 << 20;  // rows x out x in
 // Valid columns of panel p, given `cols` valid columns from the tile's first panel.
 inline int panel_cols(int cols, int p) { return std::clamp(cols - p * kW, 0, kW); }
 
-// The tile's first pass over a k step (p0 == 0) prefetches the whole 256-byte k step of the group ahead, so the
-// passes of later panels find it in cache.
-inline void prefetch_step(const void* step_ahead) {
-  const char* p = static_cast<const char*>(step_ahead);
-  for (int line = 0; line < 4; ++line) prefetch(p + 64 * line);
-}
+// What one pass prefetches: `lines` cache lines per k step starting at base + step * stride. (Passed to the tiles
+// as three scalars and looped over inside them: GCC 12 dropped every prefetch when the same loop sat in a helper
+// taking a struct.)
+struct PrefetchPlan {
+  const char* base;
+  int stride, lines;
+};
 
 // y[R rows, P panels] (+)= x[R rows, pairs] . w; x points at the chunk's first k of row 0 and holds activations
 // already rounded to bf16 (as f32). Each weight vector holds (k even, k odd) bf16 pairs of kW columns: shifting
@@ -53,7 +56,7 @@ inline void prefetch_step(const void* step_ahead) {
 // arithmetic, fewer live registers.
 template <int R, int P, bool kPanelsOuter>
 TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, float* y, int ldy, int cols,
-                       bool first, bool prefetch_group) {
+                       bool first, const char* pf_base, int pf_stride, int pf_lines) {
   V acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -61,7 +64,7 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
     for (int p = 0; p < P; ++p) acc[r][p] = first ? zero() : load_n(y + r * ldy + p * kW, panel_cols(cols, p));
   for (int kp = 0; kp < pairs; ++kp) {
     const uint16_t* wk = w + size_t(kp) * kGroupCols * 2;  // [kPanels][kW lanes][2]; this tile reads P of them
-    if (prefetch_group) prefetch_step(wk + kPrefetchSteps * kGroupCols * 2);
+    for (int line = 0; line < pf_lines; ++line) prefetch(pf_base + size_t(kp) * pf_stride + 64 * line);
     if constexpr (kPanelsOuter) {
       V xe[R], xo[R];
 #pragma GCC unroll 8
@@ -98,7 +101,7 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
 
 template <int R, int P>
 TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y, int ldy, int cols, bool first,
-                      bool prefetch_group) {
+                      const char* pf_base, int pf_stride, int pf_lines) {
   V acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -106,7 +109,7 @@ TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y,
     for (int p = 0; p < P; ++p) acc[r][p] = first ? zero() : load_n(y + r * ldy + p * kW, panel_cols(cols, p));
   for (int k = 0; k < ks; ++k) {
     const float* wk = w + size_t(k) * kGroupCols;  // [kPanels][kW lanes]
-    if (prefetch_group) prefetch_step(wk + kPrefetchSteps * kGroupCols);
+    for (int line = 0; line < pf_lines; ++line) prefetch(pf_base + size_t(k) * pf_stride + 64 * line);
     V wv[P];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) wv[p] = loadu(wk + p * kW);
@@ -124,7 +127,7 @@ TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y,
 }
 
 template <typename W>
-using TileFn = void (*)(const float*, int, const W*, int, float*, int, int, bool, bool);
+using TileFn = void (*)(const float*, int, const W*, int, float*, int, int, bool, const char*, int, int);
 
 // A family of tiles: fns[r] handles r rows (1 <= r <= max_rows) x `panels` panels.
 template <typename W>
@@ -147,21 +150,33 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + tiles.max_rows - 1) / tiles.max_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
+  const int step_bytes = step_elems * int(sizeof(W));  // one k step of a group: 256 bytes
+  const int chunk_bytes = chunk_steps * step_bytes;
   parallel_ranges(groups, weight_elems * rows >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
     for (int g = int(g0); g < int(g1); ++g) {
       const int col0 = g * kGroupCols;
       const int cols = std::min(kGroupCols, out_features - col0);
       const W* wg = packed + size_t(g) * group_elems;
+      const int passes = n_tiles * ((std::min(kPanels, (cols + kW - 1) / kW) + tiles.panels - 1) / tiles.panels);
       for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
         const int ks = std::min(chunk_steps, k_steps - k0);
-        int row0 = 0;
+        // Groups are stored back to back, so the next chunk starts where this one ends (the next group's first
+        // chunk after a group's last; past the thread's or the buffer's end the hints are harmless).
+        const char* next_chunk = reinterpret_cast<const char*>(wg + size_t(k0 + ks) * step_elems);
+        const int slice = (chunk_bytes + passes - 1) / passes;  // bytes of the next chunk each pass prefetches
+        const int slice_stride = (slice + ks - 1) / ks;
+        int row0 = 0, pass = 0;
         for (int t = 0; t < n_tiles; ++t) {
           const int r = tile_rows(rows - row0, n_tiles - t);
           const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
-          for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels) {
-            tiles.fns[r](xt, ldx, wg + size_t(k0) * step_elems + p0 * kW * x_per_step, ks,
-                         y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW, k0 == 0,
-                         t == 0 && p0 == 0);
+          for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels, ++pass) {
+            const W* wt = wg + size_t(k0) * step_elems + p0 * kW * x_per_step;
+            const PrefetchPlan pf =
+                passes == 1 ? PrefetchPlan{reinterpret_cast<const char*>(wt + kPrefetchSteps * step_elems), step_bytes,
+                                           step_bytes / 64}
+                            : PrefetchPlan{next_chunk + size_t(pass) * slice, slice_stride, (slice_stride + 63) / 64};
+            tiles.fns[r](xt, ldx, wt, ks, y + size_t(row0) * out_features + col0 + p0 * kW, out_features,
+                         cols - p0 * kW, k0 == 0, pf.base, pf.stride, pf.lines);
           }
           row0 += r;
         }
