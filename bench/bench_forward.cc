@@ -15,6 +15,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
 #include "decode_flags.h"
 #include "engine/cost_curve.h"
@@ -40,19 +41,20 @@ __attribute__((optimize("O3"))) double measure_read_bandwidth_gbs(size_t bytes) 
   std::fill(buf, buf + n, 1.0f);
   std::vector<double> gbs;
   volatile float sink = 0;
+  const int64_t tasks = int64_t(num_threads()) * 4;  // as the kernels split work (kernels/cpu/parallel.h)
+  std::vector<float> partial(static_cast<size_t>(tasks));  // [tasks] per-task sums
   for (int rep = 0; rep < 5; ++rep) {
     const double t0 = now_ms();
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
+    pool_run(tasks, [&](int64_t t) {
       float acc[64] = {};
-#pragma omp for schedule(static)
-      for (long i = 0; i < n; i += 64)
+      for (long i = n / 64 * t / tasks * 64, end = n / 64 * (t + 1) / tasks * 64; i < end; i += 64)
         for (int j = 0; j < 64; ++j) acc[j] += buf[i + j];
+      float total = 0;
       for (float a : acc) total += a;
-    }
+      partial[size_t(t)] = total;
+    });
     const double ms = now_ms() - t0;
-    sink = sink + total;
+    for (float p : partial) sink = sink + p;
     gbs.push_back(double(n) * sizeof(float) / (ms * 1e6));
   }
   return *std::max_element(gbs.begin(), gbs.end());

@@ -1,7 +1,6 @@
 #include "core/cpu.h"
 
-#include <omp.h>
-
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace ts {
 
@@ -271,10 +271,10 @@ std::string cpu_model_name() {
 }
 
 void set_num_threads(int n) {
-  if (n > 0) omp_set_num_threads(n);
+  if (n > 0) set_pool_threads(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() { return pool_threads(); }
 
 void configure_for_model(size_t weight_bytes, int threads) {
   set_num_threads(threads > 0 ? threads : default_threads_for(weight_bytes));
@@ -287,7 +287,9 @@ void configure_for_model(size_t weight_bytes, int threads) {
 
 int default_threads_for(size_t weight_bytes) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;  // fits in L2+L3-ish territory; per-op overhead dominates
-  return weight_bytes < kSmallModelBytes ? 1 : omp_get_num_procs();
+  if (weight_bytes < kSmallModelBytes) return 1;
+  cpu_set_t set;  // the CPUs this process may run on
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
 
 }  // namespace ts

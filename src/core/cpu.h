@@ -77,7 +77,7 @@ std::string isa_summary();
 size_t l3_cache_bytes();
 std::string cpu_model_name();
 
-void set_num_threads(int n);  // n <= 0: leave OpenMP's default
+void set_num_threads(int n);  // the kernels' threads (core/thread_pool.h); n <= 0: leave the default
 int num_threads();
 // Threads to use when the user did not say: one for small models, whose per-op work (a few microseconds) is
 // below the cost of handing work to a second thread; all cores otherwise.

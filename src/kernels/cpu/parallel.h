@@ -1,42 +1,44 @@
-// Internal: how the kernels split work over OpenMP threads. Small calls never enter a parallel region at all:
-// libgomp charges ~1 us even for a region whose if() clause is false, and a tiny model's decode step runs ~60
-// kernels (measured on the shipped 4M target at 1 thread: 20% of the time was libgomp before this).
-// Splits only ever assign whole rows / column groups / vectors to threads, so results never depend on them.
+// Internal: how the kernels split work over threads (core/thread_pool.h). Small calls never reach the pool: even
+// a hand-off to a spinning worker costs ~1 us, and a tiny model's decode step runs ~60 kernels.
+// Splits only ever assign whole rows / column groups / vectors to tasks, so results never depend on the threads.
 #pragma once
 
-#include <omp.h>
-
+#include <algorithm>
 #include <cstdint>
+
+#include "core/thread_pool.h"
 
 namespace ts::kernels::cpu {
 
-// body(begin, end) over [0, n) in contiguous static ranges, one per thread; on the calling thread alone when
-// `worth_it` is false, n < 2 or OpenMP has one thread.
+// Tasks per thread for range splits: more than one, so that when a thread is descheduled (a machine busier than
+// its cores) the others take its share instead of waiting a time slice for it; few, so each task stays long.
+constexpr int64_t kTasksPerThread = 4;
+
+// body(begin, end) over [0, n) in contiguous ranges, handed out to the pool's threads; on the calling thread
+// alone when `worth_it` is false, n < 2 or the pool has one thread.
 template <typename Body>
 inline void parallel_ranges(int64_t n, bool worth_it, const Body& body) {
-  const int threads = worth_it && n > 1 ? omp_get_max_threads() : 1;
+  const int threads = worth_it && n > 1 ? pool_threads() : 1;
   if (threads <= 1) {
     if (n > 0) body(int64_t(0), n);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+  const int64_t tasks = std::min<int64_t>(n, threads * kTasksPerThread);
+  pool_run(tasks, [&](int64_t t) {
+    const int64_t begin = n * t / tasks, end = n * (t + 1) / tasks;
     if (begin < end) body(begin, end);
-  }
+  });
 }
 
 // body(i) for i in [0, n), handed out one at a time (uneven tasks); serial under the same conditions as above.
 template <typename Body>
 inline void parallel_tasks(int64_t n, bool worth_it, const Body& body) {
-  const int threads = worth_it && n > 1 ? omp_get_max_threads() : 1;
+  const int threads = worth_it && n > 1 ? pool_threads() : 1;
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) body(i);
+  pool_run(n, body);
 }
 
 }  // namespace ts::kernels::cpu

@@ -1,0 +1,34 @@
+// The kernels' threads: a fixed team that splits each op into tasks claimed one at a time, where the caller takes
+// part and waits only for tasks already started, never for a thread that has not woken up.
+//
+// Why not OpenMP (which the kernels used until 2026-12): a parallel region ends at a barrier that every team
+// thread must reach, so when the machine is busier than its cores a descheduled thread stalls every op for a
+// scheduler time slice. The shipped target's decode step (2 threads, 2 cores) measured 5.6 ms alone and 9.4 ms
+// beside one busy process under libgomp (6.4 ms with OMP_WAIT_POLICY=passive, which costs 30% when alone). Here
+// a thread that has not started by the time the others finish simply finds nothing left to claim.
+//
+// Idle workers spin briefly (ops follow each other within microseconds during a forward), then sleep on a futex
+// (std::atomic::wait). Which thread runs which task never changes a result: tasks are whole rows / column groups.
+#pragma once
+
+#include <cstdint>
+
+namespace ts {
+
+// Threads the pool uses (the caller included): set_threads(n), else $OMP_NUM_THREADS, else the CPUs this process
+// may run on.
+int pool_threads();
+// n >= 1: workers are started or stopped to match. Not to be called while another thread runs pool work.
+void set_pool_threads(int n);
+
+// task(ctx, i) for every i in [0, n), on the calling thread and up to pool_threads() - 1 workers; returns when all
+// have finished. Runs everything on the caller when n < 2, the pool has one thread, the caller is itself a pool
+// task, or another thread's run is in progress (two engines in one process never share the team).
+void pool_run(int64_t n, void (*task)(const void* ctx, int64_t i), const void* ctx);
+
+template <typename Fn>
+inline void pool_run(int64_t n, const Fn& fn) {
+  pool_run(n, [](const void* ctx, int64_t i) { (*static_cast<const Fn*>(ctx))(i); }, &fn);
+}
+
+}  // namespace ts

@@ -1,0 +1,115 @@
+// The kernels' thread pool: every task runs exactly once, on more than one thread when there are several; runs
+// from a task, from two threads at once, or after resizing fall back or keep working; an exception reaches the
+// caller; a busy machine does not make a run wait for a thread that never woke.
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace ts {
+namespace {
+
+struct RestoreThreads {
+  int saved = pool_threads();
+  ~RestoreThreads() { set_pool_threads(saved); }
+};
+
+TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
+  RestoreThreads restore;
+  for (int threads : {1, 2, 3, 5}) {
+    set_pool_threads(threads);
+    for (int64_t n : {0, 1, 2, 7, 64, 1000}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<std::atomic<int>> runs(size_t(n + 1));
+        pool_run(n, [&](int64_t i) { runs[size_t(i)].fetch_add(1); });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(runs[size_t(i)].load(), 1) << "task " << i << " of " << n;
+        ASSERT_EQ(runs[size_t(n)].load(), 0);
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, SeveralThreadsTakePart) {
+  RestoreThreads restore;
+  set_pool_threads(3);
+  std::mutex m;
+  std::set<std::thread::id> seen;
+  // Tasks long enough (1 ms) that workers, spinning or woken, claim some before the caller has run them all.
+  for (int rep = 0; rep < 20 && seen.size() < 2; ++rep) {
+    pool_run(12, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard<std::mutex> lock(m);
+      seen.insert(std::this_thread::get_id());
+    });
+  }
+  EXPECT_GE(seen.size(), 2u);
+}
+
+TEST(ThreadPool, NestedAndConcurrentRunsComplete) {
+  RestoreThreads restore;
+  set_pool_threads(2);
+  std::atomic<int64_t> total{0};
+  // A run from inside a task runs on that thread alone (no deadlock on the busy team).
+  pool_run(8, [&](int64_t) { pool_run(8, [&](int64_t j) { total.fetch_add(j); }); });
+  EXPECT_EQ(total.load(), 8 * 28);
+  // Two callers at once: one gets the team, the other runs its tasks itself; both complete.
+  total = 0;
+  std::thread other([&] {
+    for (int r = 0; r < 200; ++r) pool_run(16, [&](int64_t i) { total.fetch_add(i); });
+  });
+  for (int r = 0; r < 200; ++r) pool_run(16, [&](int64_t i) { total.fetch_add(i); });
+  other.join();
+  EXPECT_EQ(total.load(), 400 * 120);
+}
+
+TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolStaysUsable) {
+  RestoreThreads restore;
+  set_pool_threads(2);
+  EXPECT_THROW(pool_run(32,
+                        [&](int64_t i) {
+                          if (i == 17) throw std::runtime_error("task 17");
+                        }),
+               std::runtime_error);
+  std::atomic<int> runs{0};
+  pool_run(32, [&](int64_t) { runs.fetch_add(1); });
+  EXPECT_EQ(runs.load(), 32);
+}
+
+TEST(ThreadPool, ResizingBetweenRunsKeepsWorking) {
+  RestoreThreads restore;
+  for (int threads : {4, 1, 3, 2, 2, 6, 1}) {
+    set_pool_threads(threads);
+    EXPECT_EQ(pool_threads(), threads);
+    std::atomic<int> runs{0};
+    pool_run(50, [&](int64_t) { runs.fetch_add(1); });
+    EXPECT_EQ(runs.load(), 50);
+  }
+}
+
+TEST(ThreadPool, SleepingWorkersWakeForTheNextRun) {
+  RestoreThreads restore;
+  set_pool_threads(2);
+  pool_run(4, [](int64_t) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin: the worker sleeps on the futex
+  std::mutex m;
+  std::set<std::thread::id> seen;
+  for (int rep = 0; rep < 20 && seen.size() < 2; ++rep) {
+    pool_run(8, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard<std::mutex> lock(m);
+      seen.insert(std::this_thread::get_id());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(seen.size(), 2u) << "the sleeping worker never woke to help";
+}
+
+}  // namespace
+}  // namespace ts
