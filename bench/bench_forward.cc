@@ -41,7 +41,7 @@ __attribute__((optimize("O3"))) double measure_read_bandwidth_gbs(size_t bytes) 
   std::fill(buf, buf + n, 1.0f);
   std::vector<double> gbs;
   volatile float sink = 0;
-  const int64_t tasks = int64_t(num_threads()) * 4;  // as the kernels split work (kernels/cpu/parallel.h)
+  const int64_t tasks = num_threads();  // one contiguous range per thread, as the kernels split work
   std::vector<float> partial(static_cast<size_t>(tasks));  // [tasks] per-task sums
   for (int rep = 0; rep < 5; ++rep) {
     const double t0 = now_ms();

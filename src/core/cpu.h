@@ -1,5 +1,5 @@
 // CPU features found at run time, the SIMD variant ("ISA") the kernels run, and the thread count shared by our
-// kernels (OpenMP).
+// kernels (core/thread_pool.h).
 #pragma once
 
 #include <cstddef>

@@ -30,7 +30,9 @@ TEST(CostCurve, MonotoneFitAveragesDipsAndKeepsRisingRows) {
   double sum = 0;
   for (int j = 0; j < 5; ++j) {
     sum += d.ms[j];
-    if (j > 0) EXPECT_LE(d.ms[j - 1], d.ms[j]);
+    if (j > 0) {
+      EXPECT_LE(d.ms[j - 1], d.ms[j]);
+    }
   }
   EXPECT_DOUBLE_EQ(sum, 21.0);
   EXPECT_DOUBLE_EQ(d.ms[0], 2.0);

@@ -36,7 +36,7 @@ std::string chat_error(const ModelBundle& b) {
 }
 
 TEST(ModelBundleChat, FolderWithoutTemplateGeneratesFromPlainText) {
-  for (const std::string config : {std::string(), std::string(R"({"eos_token": "<|endoftext|>"})")}) {
+  for (const std::string& config : {std::string(), std::string(R"({"eos_token": "<|endoftext|>"})")}) {
     const ModelBundle b = ModelBundle::load(model_folder("bundle_no_template", config), "");
     ASSERT_TRUE(b.tokenizer);
     EXPECT_FALSE(b.chat_template);

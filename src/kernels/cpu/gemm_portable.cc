@@ -11,8 +11,8 @@
 
 namespace ts::kernels::cpu {
 
-// Packing runs once at load; threads help only for big layers (a tiny model's load then starts no OpenMP worker,
-// which would otherwise spin for a while after the last region).
+// Packing runs once at load; threads help only for big layers (a tiny model's load then starts no pool worker,
+// which would otherwise spin for a while after the last run).
 constexpr int64_t kParallelPackElems = int64_t(1) << 22;
 
 void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed) {
