@@ -36,20 +36,26 @@ TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
   }
 }
 
-TEST(ThreadPool, SeveralThreadsTakePart) {
-  RestoreThreads restore;
-  set_pool_threads(3);
+// How many distinct threads ran the tasks of up to 20 runs of `tasks` 1 ms tasks (long enough that workers,
+// spinning or woken, claim some before the caller has run them all), waiting `gap` between runs.
+size_t threads_taking_part(int tasks, std::chrono::milliseconds gap) {
   std::mutex m;
   std::set<std::thread::id> seen;
-  // Tasks long enough (1 ms) that workers, spinning or woken, claim some before the caller has run them all.
   for (int rep = 0; rep < 20 && seen.size() < 2; ++rep) {
-    pool_run(12, [&](int64_t) {
+    pool_run(tasks, [&](int64_t) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::lock_guard<std::mutex> lock(m);
       seen.insert(std::this_thread::get_id());
     });
+    std::this_thread::sleep_for(gap);
   }
-  EXPECT_GE(seen.size(), 2u);
+  return seen.size();
+}
+
+TEST(ThreadPool, SeveralThreadsTakePart) {
+  RestoreThreads restore;
+  set_pool_threads(3);
+  EXPECT_GE(threads_taking_part(12, std::chrono::milliseconds(0)), 2u);
 }
 
 TEST(ThreadPool, NestedAndConcurrentRunsComplete) {
@@ -98,17 +104,8 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRun) {
   set_pool_threads(2);
   pool_run(4, [](int64_t) {});
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin: the worker sleeps on the futex
-  std::mutex m;
-  std::set<std::thread::id> seen;
-  for (int rep = 0; rep < 20 && seen.size() < 2; ++rep) {
-    pool_run(8, [&](int64_t) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::lock_guard<std::mutex> lock(m);
-      seen.insert(std::this_thread::get_id());
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(seen.size(), 2u) << "the sleeping worker never woke to help";
+  // 20 ms between runs: every run finds the worker asleep.
+  EXPECT_EQ(threads_taking_part(8, std::chrono::milliseconds(20)), 2u) << "the sleeping worker never woke to help";
 }
 
 }  // namespace
