@@ -1,6 +1,5 @@
 #include "core/cpu.h"
 
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -168,6 +167,7 @@ double gemm_peak_macs_per_ns(Isa isa) {
     return best;
   }();
   static const double zmm = [] {
+    if (const double probed = bf16_dot_probe().fma_per_ns; probed > 0) return probed;  // measured already there
     double best = 0;
     if (isa_supported(Isa::Avx512))
       for (int t = 0; t < 7; ++t) best = std::max(best, macs_per_ns<false>());
@@ -287,9 +287,7 @@ void configure_for_model(size_t weight_bytes, int threads) {
 
 int default_threads_for(size_t weight_bytes) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;  // fits in L2+L3-ish territory; per-op overhead dominates
-  if (weight_bytes < kSmallModelBytes) return 1;
-  cpu_set_t set;  // the CPUs this process may run on
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+  return weight_bytes < kSmallModelBytes ? 1 : usable_cpus();
 }
 
 }  // namespace ts

@@ -94,9 +94,7 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  return usable_cpus();
 }
 
 // Starts or stops workers so that threads - 1 of them run. Caller holds config_mutex.
@@ -115,6 +113,12 @@ void resize_locked(Pool& p, int threads) {
 }
 
 }  // namespace
+
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 int pool_threads() {
   Pool& p = pool();

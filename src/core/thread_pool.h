@@ -18,6 +18,8 @@ namespace ts {
 // Threads the pool uses (the caller included): set_threads(n), else $OMP_NUM_THREADS, else the CPUs this process
 // may run on.
 int pool_threads();
+// The CPUs this process may run on (its affinity mask), at least 1.
+int usable_cpus();
 // n >= 1: workers are started or stopped to match. Not to be called while another thread runs pool work.
 void set_pool_threads(int n);
 
