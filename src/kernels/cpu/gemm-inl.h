@@ -77,19 +77,24 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
         for (int r = 0; r < R; ++r) acc[r][p] = fma(xo[r], odd, fma(xe[r], even, acc[r][p]));
       }
     } else {
-      V even[P], odd[P];
+      // The k-even weights of all P panels into every row, then the k-odd ones into the same registers: P live
+      // weight vectors instead of 2P (AVX2, 3 rows: a 3 x 3 tile fits 16 registers where 3 x 2 was the most).
+      V wv[P];
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) {
-        const VI pair = load_int(wk + p * kW * 2);
-        even[p] = bf16_low_half(pair);
-        odd[p] = bf16_high_half(pair);
-      }
+      for (int p = 0; p < P; ++p) wv[p] = bf16_low_half(load_int(wk + p * kW * 2));
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const V xe = set1(x[size_t(r) * ldx + 2 * kp]);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) acc[r][p] = fma(xe, wv[p], acc[r][p]);
+      }
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) wv[p] = bf16_high_half(load_int(wk + p * kW * 2));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
         const V xo = set1(x[size_t(r) * ldx + 2 * kp + 1]);
 #pragma GCC unroll 8
-        for (int p = 0; p < P; ++p) acc[r][p] = fma(xo, odd[p], fma(xe, even[p], acc[r][p]));
+        for (int p = 0; p < P; ++p) acc[r][p] = fma(xo, wv[p], acc[r][p]);
       }
     }
   }
@@ -129,12 +134,22 @@ TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y,
 template <typename W>
 using TileFn = void (*)(const float*, int, const W*, int, float*, int, int, bool, const char*, int, int);
 
-// A family of tiles: fns[r] handles r rows (1 <= r <= max_rows) x `panels` panels.
+// A family of tiles. shape[r] handles r rows (1 <= r <= max_rows): `fn` covers `panels` panels per pass, and
+// `rest` the last pass of a group where `panels` does not divide kPanels (3 x 3 panels, then 3 x 2).
 template <typename W>
 struct Tiles {
+  struct Shape {
+    int panels;
+    TileFn<W> fn, rest;
+  };
   int max_rows;
-  int panels;
-  TileFn<W> fns[9];
+  Shape shape[9];
+};
+
+// How the K chunks of a run are walked: `steps` k steps per chunk, and the passes of a chunk prefetch the chunk
+// `prefetch_chunks` ahead.
+struct ChunkPlan {
+  int steps, prefetch_chunks;
 };
 
 // Split `rows` into tiles of at most max_rows, as even as possible (8 rows -> 4 + 4, not 6 + 2), so the number of
@@ -145,38 +160,47 @@ inline int tile_rows(int rows_left, int tiles_left) { return (rows_left + tiles_
 // and panel subsets.
 template <typename W>
 void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int out_features, int k_steps,
-              int chunk_steps, int step_elems, int64_t weight_elems, const Tiles<W>& tiles) {
+              ChunkPlan chunk, int step_elems, int64_t weight_elems, const Tiles<W>& tiles) {
   const int x_per_step = step_elems / kGroupCols;  // x elements per k step: 2 (bf16 pairs) or 1 (f32)
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + tiles.max_rows - 1) / tiles.max_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
   const int step_bytes = step_elems * int(sizeof(W));  // one k step of a group: 256 bytes
-  const int chunk_bytes = chunk_steps * step_bytes;
+  const int chunk_bytes = chunk.steps * step_bytes;
   parallel_ranges(groups, weight_elems * rows >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
     for (int g = int(g0); g < int(g1); ++g) {
       const int col0 = g * kGroupCols;
       const int cols = std::min(kGroupCols, out_features - col0);
+      const int live_panels = std::min(kPanels, (cols + kW - 1) / kW);
       const W* wg = packed + size_t(g) * group_elems;
-      const int passes = n_tiles * ((std::min(kPanels, (cols + kW - 1) / kW) + tiles.panels - 1) / tiles.panels);
-      for (int k0 = 0; k0 < k_steps; k0 += chunk_steps) {
-        const int ks = std::min(chunk_steps, k_steps - k0);
-        // Groups are stored back to back, so the next chunk starts where this one ends (the next group's first
-        // chunk after a group's last; past the thread's or the buffer's end the hints are harmless).
-        const char* next_chunk = reinterpret_cast<const char*>(wg + size_t(k0 + ks) * step_elems);
-        const int slice = (chunk_bytes + passes - 1) / passes;  // bytes of the next chunk each pass prefetches
+      int passes = 0;
+      for (int t = 0, row0 = 0; t < n_tiles; ++t) {
+        const int r = tile_rows(rows - row0, n_tiles - t);
+        passes += (live_panels + tiles.shape[r].panels - 1) / tiles.shape[r].panels;
+        row0 += r;
+      }
+      for (int k0 = 0; k0 < k_steps; k0 += chunk.steps) {
+        const int ks = std::min(chunk.steps, k_steps - k0);
+        // Groups are stored back to back, so the chunks ahead start where this one ends (the next group's first
+        // chunks after a group's last; past the thread's or the buffer's end the hints are harmless).
+        const char* ahead = reinterpret_cast<const char*>(wg + size_t(k0 + ks) * step_elems) +
+                            size_t(chunk.prefetch_chunks - 1) * chunk_bytes;
+        const int slice = (chunk_bytes + passes - 1) / passes;  // bytes of that chunk each pass prefetches
         const int slice_stride = (slice + ks - 1) / ks;
         int row0 = 0, pass = 0;
         for (int t = 0; t < n_tiles; ++t) {
           const int r = tile_rows(rows - row0, n_tiles - t);
+          const typename Tiles<W>::Shape& shape = tiles.shape[r];
           const float* xt = x + size_t(row0) * ldx + size_t(k0) * x_per_step;
-          for (int p0 = 0; p0 < kPanels && p0 * kW < cols; p0 += tiles.panels, ++pass) {
+          for (int p0 = 0; p0 < live_panels; p0 += shape.panels, ++pass) {
             const W* wt = wg + size_t(k0) * step_elems + p0 * kW * x_per_step;
             const PrefetchPlan pf =
                 passes == 1 ? PrefetchPlan{reinterpret_cast<const char*>(wt + kPrefetchSteps * step_elems), step_bytes,
                                            step_bytes / 64}
-                            : PrefetchPlan{next_chunk + size_t(pass) * slice, slice_stride, (slice_stride + 63) / 64};
-            tiles.fns[r](xt, ldx, wt, ks, y + size_t(row0) * out_features + col0 + p0 * kW, out_features,
-                         cols - p0 * kW, k0 == 0, pf.base, pf.stride, pf.lines);
+                            : PrefetchPlan{ahead + size_t(pass) * slice, slice_stride, (slice_stride + 63) / 64};
+            const TileFn<W> fn = p0 + shape.panels > kPanels ? shape.rest : shape.fn;
+            fn(xt, ldx, wt, ks, y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW,
+               k0 == 0, pf.base, pf.stride, pf.lines);
           }
           row0 += r;
         }
@@ -190,28 +214,50 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
 // once per 8 rows instead of per 5 (the shift/and ops compete with FMAs for the same ports; 8 rows = a typical
 // tree batch). AVX2 (16 registers): below.
 #if TS_SIMD_WIDTH == 16
-constexpr Tiles<uint16_t> kBf16Wide = {5, 4, {nullptr, tile_bf16<1, 4, false>, tile_bf16<2, 4, false>,
-                                              tile_bf16<3, 4, false>, tile_bf16<4, 4, false>, tile_bf16<5, 4, false>}};
-constexpr Tiles<uint16_t> kBf16Tall = {8, 2, {nullptr, tile_bf16<1, 2, false>, tile_bf16<2, 2, false>,
-                                              tile_bf16<3, 2, false>, tile_bf16<4, 2, false>, tile_bf16<5, 2, false>,
-                                              tile_bf16<6, 2, false>, tile_bf16<7, 2, false>, tile_bf16<8, 2, false>}};
+#define TS_ROWS_INNER(R, P) {P, tile_bf16<R, P, false>, nullptr}
+constexpr Tiles<uint16_t> kBf16Wide = {5, {{}, TS_ROWS_INNER(1, 4), TS_ROWS_INNER(2, 4), TS_ROWS_INNER(3, 4),
+                                           TS_ROWS_INNER(4, 4), TS_ROWS_INNER(5, 4)}};
+constexpr Tiles<uint16_t> kBf16Tall = {8, {{}, TS_ROWS_INNER(1, 2), TS_ROWS_INNER(2, 2), TS_ROWS_INNER(3, 2),
+                                           TS_ROWS_INNER(4, 2), TS_ROWS_INNER(5, 2), TS_ROWS_INNER(6, 2),
+                                           TS_ROWS_INNER(7, 2), TS_ROWS_INNER(8, 2)}};
+#undef TS_ROWS_INNER
 // 6 rows x 4 panels (24 accumulators + 4 weights + 1 broadcast).
-constexpr Tiles<float> kF32 = {6, 4, {nullptr, tile_f32<1, 4>, tile_f32<2, 4>, tile_f32<3, 4>, tile_f32<4, 4>,
-                                      tile_f32<5, 4>, tile_f32<6, 4>}};
+#define TS_F32(R) {4, tile_f32<R, 4>, nullptr}
+constexpr Tiles<float> kF32 = {6, {{}, TS_F32(1), TS_F32(2), TS_F32(3), TS_F32(4), TS_F32(5), TS_F32(6)}};
+#undef TS_F32
+constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 #elif TS_SIMD_WIDTH == 8
 // Each bf16 accumulator takes two dependent FMAs per k pair (8 cycles of latency), so a pass needs >= 8
-// accumulators to keep both FMA ports busy: 1 row x 8 panels, 2 rows x 4 panels (panels widened one at a time:
-// 8 + 4 + 3 registers), then 3-5 rows x 2 panels (more passes over the L2-resident chunk, but 6-10 chains).
-constexpr Tiles<uint16_t> kBf16OneRow = {1, 8, {nullptr, tile_bf16<1, 8, true>}};
-constexpr Tiles<uint16_t> kBf16TwoRows = {2, 4, {nullptr, tile_bf16<1, 4, true>, tile_bf16<2, 4, true>}};
-constexpr Tiles<uint16_t> kBf16Narrow = {5, 2, {nullptr, tile_bf16<1, 2, false>, tile_bf16<2, 2, false>,
-                                                tile_bf16<3, 2, false>, tile_bf16<4, 2, false>, tile_bf16<5, 2, false>}};
+// accumulators to keep both FMA ports busy, and 16 registers hold accumulators + live weights + broadcasts:
+//   1 row: 1 x 8 panels, panels widened one at a time (8 + 2 + 2);  2 rows: 2 x 4 the same way (8 + 2 + 4);
+//   3 rows: 3 x 3 (9 + 3 + 1 + the mask), the group's last pass 3 x 2;  4-5 rows: 4-5 x 2 (up to 10 + 2 + 1 + 1).
+// Microbenchmark of the tiles alone, weights in L2, 1 thread, Zen 4 (ymm FMA peak ~59 MAC/ns): 1 x 8 29-33
+// MAC/ns (one row is bound by the chain latency, and by memory anyway), 2 x 4 38-47, 3 x 2 35-41 -> 3 x 3 43-48,
+// 4 x 2 43-51, 5 x 2 (both weight halves live) 43-53 -> (halves in turn) 48-56.
+constexpr Tiles<uint16_t> kBf16 = {5,
+                                   {{},
+                                    {8, tile_bf16<1, 8, true>, nullptr},
+                                    {4, tile_bf16<2, 4, true>, nullptr},
+                                    {3, tile_bf16<3, 3, false>, tile_bf16<3, 2, false>},
+                                    {2, tile_bf16<4, 2, false>, nullptr},
+                                    {2, tile_bf16<5, 2, false>, nullptr}}};
 // f32: 1 row x 8 panels (weights as FMA memory operands), 2 rows x 4 panels (8 + 4 + 1), or up to 6 rows x 2
 // panels (12 + 2 + 1).
-constexpr Tiles<float> kF32OneRow = {1, 8, {nullptr, tile_f32<1, 8>}};
-constexpr Tiles<float> kF32TwoRows = {2, 4, {nullptr, tile_f32<1, 4>, tile_f32<2, 4>}};
-constexpr Tiles<float> kF32Narrow = {6, 2, {nullptr, tile_f32<1, 2>, tile_f32<2, 2>, tile_f32<3, 2>, tile_f32<4, 2>,
-                                            tile_f32<5, 2>, tile_f32<6, 2>}};
+constexpr Tiles<float> kF32 = {6,
+                               {{},
+                                {8, tile_f32<1, 8>, nullptr},
+                                {4, tile_f32<2, 4>, nullptr},
+                                {2, tile_f32<3, 2>, nullptr},
+                                {2, tile_f32<4, 2>, nullptr},
+                                {2, tile_f32<5, 2>, nullptr},
+                                {2, tile_f32<6, 2>, nullptr}}};
+// With 2-5 rows a 64 KiB chunk takes 2-4 passes whose compute is about as long as its DRAM read, and the two
+// overlapped poorly (the later passes' L2 reads seem to queue behind the prefetches' DRAM misses): 8 KiB chunks,
+// which stay in L1 between passes, prefetched two chunks ahead. bench_linear bf16 2048x768 from DRAM, 1 thread,
+// Zen 4, avx2, with the tiles above: 2 rows 1.50x -> 1.20x one row's time, 3 rows 1.72x -> 1.41x, 5 rows 1.83x
+// -> 1.66x; no change at 8 rows and more, where compute dominates (64 KiB chunks kept there: fewer passes).
+constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
+constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 #else
 #error "gemm-inl.h: unsupported TS_SIMD_WIDTH"
 #endif
@@ -224,21 +270,19 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
   const int64_t weights = int64_t(out_features) * in_features;
 #if TS_SIMD_WIDTH == 16
   const Tiles<uint16_t>& tiles = rows <= 5 ? kBf16Wide : kBf16Tall;
+  const ChunkPlan chunks = kBf16Chunks;
 #else
   // With >= 3 rows every tile of the even split has >= 3 rows (max 5 per tile).
-  const Tiles<uint16_t>& tiles = rows == 1 ? kBf16OneRow : rows == 2 ? kBf16TwoRows : kBf16Narrow;
+  const Tiles<uint16_t>& tiles = kBf16;
+  const ChunkPlan chunks = rows >= 2 && rows <= 5 ? kBf16FewRowChunks : kBf16Chunks;
 #endif
-  run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, kChunkPairs, kGroupCols * 2, weights, tiles);
+  run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, weights, tiles);
 }
 
 void gemm_f32(const float* x, const float* packed, float* y, int rows, int out_features, int in_features) {
   const int64_t weights = int64_t(out_features) * in_features;
-#if TS_SIMD_WIDTH == 16
-  const Tiles<float>& tiles = kF32;
-#else
-  const Tiles<float>& tiles = rows == 1 ? kF32OneRow : rows == 2 ? kF32TwoRows : kF32Narrow;
-#endif
-  run_gemm<float>(x, in_features, packed, y, rows, out_features, in_features, kChunkK, kGroupCols, weights, tiles);
+  run_gemm<float>(x, in_features, packed, y, rows, out_features, in_features, ChunkPlan{kChunkK, 1}, kGroupCols,
+                  weights, kF32);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS
