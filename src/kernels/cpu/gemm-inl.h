@@ -16,6 +16,7 @@
 // Nothing about this order depends on `rows`, the row tiling, the thread count, or even the vector width: the
 // AVX2 and AVX-512 instantiations give the same bits (tests/kernels/linear_test.cc checks it).
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
@@ -88,8 +89,12 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p) acc[r][p] = fma(xe, wv[p], acc[r][p]);
       }
+      constexpr bool kAllRegisters = R * P + P + 1 >= 15;  // accumulators + weights + broadcast: no room for the mask
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) wv[p] = bf16_high_half(load_int(wk + p * kW * 2));
+      for (int p = 0; p < P; ++p) {
+        const VI pair = load_int(wk + p * kW * 2);
+        wv[p] = kAllRegisters ? bf16_high_half_mask_in_memory(pair) : bf16_high_half(pair);
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const V xo = set1(x[size_t(r) * ldx + 2 * kp + 1]);
@@ -230,17 +235,19 @@ constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 // Each bf16 accumulator takes two dependent FMAs per k pair (8 cycles of latency), so a pass needs >= 8
 // accumulators to keep both FMA ports busy, and 16 registers hold accumulators + live weights + broadcasts:
 //   1 row: 1 x 8 panels, panels widened one at a time (8 + 2 + 2);  2 rows: 2 x 4 the same way (8 + 2 + 4);
-//   3 rows: 3 x 3 (9 + 3 + 1 + the mask), the group's last pass 3 x 2;  4-5 rows: 4-5 x 2 (up to 10 + 2 + 1 + 1).
+//   3 rows: 3 x 3 (9 + 3 + 1 + the mask), the group's last pass 3 x 2;  4-5 rows: 4-5 x 2 (up to 10 + 2 + 1 + 1);
+//   6 rows: 6 x 2 (12 + 2 + 1, the mask read from memory).
 // Microbenchmark of the tiles alone, weights in L2, 1 thread, Zen 4 (ymm FMA peak ~59 MAC/ns): 1 x 8 29-33
 // MAC/ns (one row is bound by the chain latency, and by memory anyway), 2 x 4 38-47, 3 x 2 35-41 -> 3 x 3 43-48,
-// 4 x 2 43-51, 5 x 2 (both weight halves live) 43-53 -> (halves in turn) 48-56.
-constexpr Tiles<uint16_t> kBf16 = {5,
+// 4 x 2 43-51, 5 x 2 (both weight halves live) 43-53 -> (halves in turn) 48-56, 6 x 2 48-57.
+constexpr Tiles<uint16_t> kBf16 = {6,
                                    {{},
                                     {8, tile_bf16<1, 8, true>, nullptr},
                                     {4, tile_bf16<2, 4, true>, nullptr},
                                     {3, tile_bf16<3, 3, false>, tile_bf16<3, 2, false>},
                                     {2, tile_bf16<4, 2, false>, nullptr},
-                                    {2, tile_bf16<5, 2, false>, nullptr}}};
+                                    {2, tile_bf16<5, 2, false>, nullptr},
+                                    {2, tile_bf16<6, 2, false>, nullptr}}};
 // f32: 1 row x 8 panels (weights as FMA memory operands), 2 rows x 4 panels (8 + 4 + 1), or up to 6 rows x 2
 // panels (12 + 2 + 1).
 constexpr Tiles<float> kF32 = {6,
@@ -272,9 +279,11 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
   const Tiles<uint16_t>& tiles = rows <= 5 ? kBf16Wide : kBf16Tall;
   const ChunkPlan chunks = kBf16Chunks;
 #else
-  // With >= 3 rows every tile of the even split has >= 3 rows (max 5 per tile).
+  // With >= 3 rows every tile of the even split has >= 3 rows (max 6 per tile).
   const Tiles<uint16_t>& tiles = kBf16;
-  const ChunkPlan chunks = rows >= 2 && rows <= 5 ? kBf16FewRowChunks : kBf16Chunks;
+  ChunkPlan chunks = rows >= 2 && rows <= 5 ? kBf16FewRowChunks : kBf16Chunks;
+  static const int ec = getenv("TS_EC") ? atoi(getenv("TS_EC")) : 0, ed = getenv("TS_ED") ? atoi(getenv("TS_ED")) : 1;
+  if (ec && rows > 5) chunks = {ec, ed};
 #endif
   run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, weights, tiles);
 }

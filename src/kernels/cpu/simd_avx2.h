@@ -89,6 +89,15 @@ TS_SIMD inline VI as_int(V v) { return _mm256_castps_si256(v); }
 TS_SIMD inline VI load_int(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 TS_SIMD inline V bf16_low_half(VI pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
 TS_SIMD inline V bf16_high_half(VI pairs) { return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(int32_t(0xffff0000u)))); }
+// The same with the mask read from memory by the vpand itself, so it holds no register: a tile that needs all
+// 16 (6 rows x 2 panels: 12 accumulators + 2 weights + 1 broadcast) otherwise spills accumulators, since GCC
+// keeps the hoisted constant in a register rather than folding it into the instruction.
+alignas(32) inline constexpr uint32_t kBf16HighMask[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                          0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+TS_SIMD inline V bf16_high_half_mask_in_memory(VI pairs) {
+  asm("vpand %1, %0, %0" : "+x"(pairs) : "m"(*reinterpret_cast<const __m256i*>(kBf16HighMask)));
+  return _mm256_castsi256_ps(pairs);
+}
 TS_SIMD inline V load_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }

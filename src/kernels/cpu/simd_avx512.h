@@ -79,6 +79,7 @@ TS_SIMD inline VI load_int(const void* p) { return _mm512_loadu_si512(p); }
 // 16 lanes of (k even, k odd) bf16 pairs -> the k-even values / the k-odd values as f32.
 TS_SIMD inline V bf16_low_half(VI pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
 TS_SIMD inline V bf16_high_half(VI pairs) { return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xffff0000u)))); }
+TS_SIMD inline V bf16_high_half_mask_in_memory(VI pairs) { return bf16_high_half(pairs); }  // 32 registers: no need
 // 16 bf16 / f16 values at p -> f32 (exact conversions).
 TS_SIMD inline V load_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
