@@ -16,7 +16,6 @@
 // Nothing about this order depends on `rows`, the row tiling, the thread count, or even the vector width: the
 // AVX2 and AVX-512 instantiations give the same bits (tests/kernels/linear_test.cc checks it).
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
@@ -262,7 +261,8 @@ constexpr Tiles<float> kF32 = {6,
 // overlapped poorly (the later passes' L2 reads seem to queue behind the prefetches' DRAM misses): 8 KiB chunks,
 // which stay in L1 between passes, prefetched two chunks ahead. bench_linear bf16 2048x768 from DRAM, 1 thread,
 // Zen 4, avx2, with the tiles above: 2 rows 1.50x -> 1.20x one row's time, 3 rows 1.72x -> 1.41x, 5 rows 1.83x
-// -> 1.66x; no change at 8 rows and more, where compute dominates (64 KiB chunks kept there: fewer passes).
+// -> 1.66x. At 6 rows and more compute dominates: 8 or 16 KiB chunks made no difference there (shipped target,
+// k = 6-12, and bench_linear 1536x512, 2 threads), so 64 KiB chunks stay (fewer passes per byte).
 constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 #else
@@ -281,9 +281,7 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
 #else
   // With >= 3 rows every tile of the even split has >= 3 rows (max 6 per tile).
   const Tiles<uint16_t>& tiles = kBf16;
-  ChunkPlan chunks = rows >= 2 && rows <= 5 ? kBf16FewRowChunks : kBf16Chunks;
-  static const int ec = getenv("TS_EC") ? atoi(getenv("TS_EC")) : 0, ed = getenv("TS_ED") ? atoi(getenv("TS_ED")) : 1;
-  if (ec && rows > 5) chunks = {ec, ed};
+  const ChunkPlan chunks = rows >= 2 && rows <= 5 ? kBf16FewRowChunks : kBf16Chunks;
 #endif
   run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, weights, tiles);
 }
