@@ -246,15 +246,17 @@ std::string isa_summary() {
 }
 
 size_t l3_cache_bytes() {
-  const long sys = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (sys > 0) return size_t(sys);
-  // sysfs: "105M" or "32768K"; index3 is the L3 on x86 Linux.
+  // sysfs first ("105M" or "32768K"; index3 is the L3 on x86 Linux): the L3 this CPU actually shares. glibc's
+  // sysconf answered 320 MiB on a 2-vCPU Zen 4 guest whose sysfs (and lscpu) say 32 MiB.
   std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
   size_t value = 0;
   char unit = 0;
-  if (!(in >> value)) return 0;
-  in >> unit;
-  return unit == 'M' ? value << 20 : unit == 'K' ? value << 10 : value;
+  if (in >> value) {
+    in >> unit;
+    return unit == 'M' ? value << 20 : unit == 'K' ? value << 10 : value;
+  }
+  const long sys = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return sys > 0 ? size_t(sys) : 0;
 }
 
 std::string cpu_model_name() {
