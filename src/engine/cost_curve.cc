@@ -72,8 +72,12 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
         ptrs[s]->commit_all();
       }
     }
+    // Round-robin over k within each repetition (not all of k = 1's runs, then all of k = 2's, ...): the machine's
+    // load drifts over seconds, and the policy prices nodes by the curve's shape, so each point's runs should
+    // see the same mix of quiet and busy moments as its neighbours'.
+    std::vector<ForwardBatch> batches_by_k;  // [ks]
     for (int k : opt.ks) {
-      ForwardBatch fb;
+      ForwardBatch& fb = batches_by_k.emplace_back();
       for (int s = 0; s < b; ++s)
         for (int i = 0; i < k; ++i) {
           fb.tokens.push_back((s * 31 + i * 17) % c.vocab_size);
@@ -81,17 +85,18 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
           fb.seq.push_back(s);
           fb.logit_rows.push_back(int(fb.tokens.size()) - 1);  // a verify forward wants every row's logits
         }
-      std::vector<double> times;
-      for (int r = 0; r < opt.reps + 1; ++r) {
+    }
+    std::vector<std::vector<double>> times(opt.ks.size());  // [ks][reps] ms
+    for (int r = 0; r < opt.reps + 1; ++r)
+      for (size_t ki = 0; ki < opt.ks.size(); ++ki) {
         ForwardResult fr;
         const double t0 = now_ms();
-        model.forward(fb, ptrs, &fr);
+        model.forward(batches_by_k[ki], ptrs, &fr);
         const double ms = now_ms() - t0;
         for (auto* cache : ptrs) cache->drop_pending();
-        if (r > 0) times.push_back(ms);
+        if (r > 0) times[ki].push_back(ms);  // r = 0 warms up
       }
-      cost.ms.push_back(median(times));
-    }
+    for (auto& t : times) cost.ms.push_back(median(t));
   }
   if (opt.monotone) make_monotone_in_k(cost);
   cost.validate();
