@@ -1,6 +1,7 @@
 // Micro benchmark of the masked attention kernel: one layer of a Qwen3-0.6B-shaped model (16 query heads, 8 KV
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
-// machine is shared); with 1 thread the clock is the thread's CPU time.
+// machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
+// and as bf16 (row-major, as the target's bf16 KV cache holds them).
 //   bench_attention [threads]
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
 
@@ -51,7 +53,10 @@ int main(int argc, char** argv) {
             k_hm[(size_t(g) * n_kv + j) * hd + d] = k[(size_t(j) * kv_heads + g) * hd + d];
             v_hm[(size_t(g) * n_kv + j) * hd + d] = v[(size_t(j) * kv_heads + g) * hd + d];
           }
-      std::vector<double> times, times_hm;
+      // The same K/V as bf16 bits, row-major: what the target's bf16 KV cache holds (attention_bf16kv).
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
+      std::vector<double> times, times_hm, times_bf16;
       for (int rep = 0; rep < 15; ++rep) {
         double t0 = clock_ms(cpu_clock);
         kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
@@ -61,10 +66,15 @@ int main(int argc, char** argv) {
         kernels::attention_strided(q.data(), k_hm.data(), v_hm.data(), hd, int64_t(n_kv) * hd, visible.data(),
                                    out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
         times_hm.push_back(clock_ms(cpu_clock) - t0);
+        t0 = clock_ms(cpu_clock);
+        kernels::attention_bf16kv(q.data(), k16.data(), v16.data(), visible.data(), out.data(), n_q, n_kv, heads,
+                                  kv_heads, hd, 0.088f);
+        times_bf16.push_back(clock_ms(cpu_clock) - t0);
       }
-      std::printf("prefix %5d  n_q %3d : row-major %8.1f us, head-major %8.1f us\n", prefix, n_q,
-                  *std::min_element(times.begin(), times.end()) * 1e3,
-                  *std::min_element(times_hm.begin(), times_hm.end()) * 1e3);
+      std::printf("prefix %5d  n_q %3d : row-major %8.1f us, head-major %8.1f us, bf16 row-major %8.1f us\n", prefix,
+                  n_q, *std::min_element(times.begin(), times.end()) * 1e3,
+                  *std::min_element(times_hm.begin(), times_hm.end()) * 1e3,
+                  *std::min_element(times_bf16.begin(), times_bf16.end()) * 1e3);
     }
   }
 }
