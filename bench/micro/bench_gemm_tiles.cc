@@ -1,7 +1,8 @@
 // Micro benchmark of the avx2 bf16 GEMM register tiles alone (gemm-inl.h compiled into this file): MAC/ns of
 // each R rows x P panels tile over one 64-column group whose weights sit in L1 or L2, no memory stream, no
 // threads. It is what chose the avx2 tile family (3 x 3, 6 x 2, halves in turn); rerun it on a new CPU (Zen 3,
-// Intel) before changing the family. Prints the best of 15 interleaved rounds (the machine is shared).
+// Intel) before changing the family, and check a change against weights streamed from DRAM too (bench_linear):
+// a 3-row call kept 3 x 2, whose 4 passes overlap the stream better. Best of 15 interleaved rounds.
 //   bench_gemm_tiles [k pairs per call: 32 (8 KiB, L1) | 256 (64 KiB, L2)]
 // Zen 4 (family 25 model 17), ymm FMA peak ~59 MAC/ns, 256 pairs: 1x8 29-33, 2x4 38-47, 3x2 35-41, 3x3 43-48,
 // 4x2 43-52, 5x2 48-56, 6x2 48-57.
@@ -30,12 +31,12 @@ struct Candidate {
 const Candidate kCandidates[] = {
     {"1x8 panels outer (used)", 1, 8, tile_bf16<1, 8, true>, nullptr},
     {"2x4 panels outer (used)", 2, 4, tile_bf16<2, 4, true>, nullptr},
-    {"3x3 + 3x2 (used)", 3, 3, tile_bf16<3, 3, false>, tile_bf16<3, 2, false>},
+    {"3x3 + 3x2 (used in 6+ rows)", 3, 3, tile_bf16<3, 3, false>, tile_bf16<3, 2, false>},
     {"4x2 (used)", 4, 2, tile_bf16<4, 2, false>, nullptr},
     {"5x2 (used)", 5, 2, tile_bf16<5, 2, false>, nullptr},
     {"6x2 (used)", 6, 2, tile_bf16<6, 2, false>, nullptr},
     {"2x4 rows outer", 2, 4, tile_bf16<2, 4, false>, nullptr},
-    {"3x2", 3, 2, tile_bf16<3, 2, false>, nullptr},
+    {"3x2 (used for 3 rows)", 3, 2, tile_bf16<3, 2, false>, nullptr},
     {"3x2 panels outer", 3, 2, tile_bf16<3, 2, true>, nullptr},
     {"4x3 + 4x2", 4, 3, tile_bf16<4, 3, false>, tile_bf16<4, 2, false>},
     {"7x2", 7, 2, tile_bf16<7, 2, false>, nullptr},
