@@ -116,7 +116,8 @@ constexpr int kProbeChains = 12;  // >= latency x issue width of either instruct
 constexpr int kProbeSteps = 512;
 
 // Multiply-adds per ns of kProbeChains independent chains of zmm FMAs (16 MACs per instruction) or, kDot, of
-// vdpbf16ps (32: 16 lanes x a pair). Called only where AVX-512-BF16 is present.
+// vdpbf16ps (32: 16 lanes x a pair). kDot only where AVX-512-BF16 is present; the FMA one (no bf16 instruction
+// in it) also where only AVX-512F is (gemm_peak_macs_per_ns).
 template <bool kDot>
 __attribute__((target("avx512f,avx512bf16"))) double macs_per_ns() {
   __m512 acc[kProbeChains];

@@ -73,9 +73,9 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
       w = converted.data();
     }
     m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
-    // Zeroed slack after the last group: the amx GEMM's last k step reads whole 16-pair B tiles (gemm_packed.h).
+    // Zeroed slack after the last group (allocate_weight_block zeroes): the amx GEMM's last k step reads whole
+    // 16-pair B tiles (gemm_packed.h).
     m.packed = allocate_weight_block(m.packed_bytes + cpu::kPackedSlackBytes);
-    std::memset(static_cast<char*>(m.packed.get()) + m.packed_bytes, 0, cpu::kPackedSlackBytes);
     cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
   } else {
     std::vector<float> converted;

@@ -70,14 +70,7 @@ template <typename KvT>
 constexpr bool kWholeVectorPaths = TS_SIMD_WIDTH == 8 && std::is_same_v<KvT, uint16_t>;
 template <bool kFull, typename T>
 TS_SIMD inline V load_part(const T* p, int64_t n) {
-  if constexpr (!kFull) {
-    if constexpr (std::is_same_v<T, float>) return load_n(p, n);
-    else return load_kv(p, n);
-  } else if constexpr (std::is_same_v<T, float>) {
-    return loadu(p);
-  } else {
-    return load_bf16(p);
-  }
+  return load_kv(p, kFull ? kW : n);  // a constant kW folds load_kv's length test away
 }
 
 // Keys per block: the block's key (then value) rows of one head stay in L1/L2 while every (row, head) pair of
