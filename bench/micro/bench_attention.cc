@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal;
   std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s\n", threads, cpu_clock ? "CPU" : "wall", heads,
               kv_heads, hd, kernels::ops_isa());
-  for (int prefix : {128, 1024, 4096}) {
+  for (int prefix : {128, 512, 1024, 4096}) {
     for (int n_q : {1, 8, 32}) {
       const int n_kv = prefix + n_q;
       std::vector<float> q(size_t(n_q) * heads * hd), k(size_t(n_kv) * kv_heads * hd), v(k.size()), out(q.size());

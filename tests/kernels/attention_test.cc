@@ -134,8 +134,10 @@ TEST_P(Attention, MatchesReferenceOverShapesAndMasks) {
 
 TEST_P(Attention, TreeRowsEqualSequentialForwardBitForBit) {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 6; ++trial) {
-    const int nodes = 1 + int(rng() % 24), prefix = int(rng() % 50);
+  // Trials 6-9 have prefixes of 1-3 whole key blocks (64 keys): rows that see a whole block take the dense tiles,
+  // the tree's last block the per-row path, and the node alone sees only whole blocks.
+  for (int trial = 0; trial < 10; ++trial) {
+    const int nodes = 1 + int(rng() % 24), prefix = trial < 6 ? int(rng() % 50) : 64 + int(rng() % 150);
     const int kv_heads = 2, heads = kv_heads * (1 << (trial % 3)), hd = trial % 2 ? 128 : 64;
     Problem p = make_problem(nodes, prefix + nodes, heads, kv_heads, hd, rng());
     tree_mask(p, prefix, random_tree(nodes, rng));
@@ -218,29 +220,36 @@ TEST_P(Attention, Bf16KeysAndValuesEqualF32AttentionOnTheWidenedValues) {
   std::mt19937 rng(11);
   struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{3, 17, 4, 4, 32}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36},
-                  Shape{8, 23, 2, 1, 20}, Shape{4, 9, 2, 1, 200}, Shape{16, 100, 16, 8, 128}}) {
-    Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
-    for (int i = 0; i < s.n_q; ++i) {
-      for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
-      p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
-    }
-    std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
-    for (size_t e = 0; e < p.k.size(); ++e) {
-      k16[e] = f32_to_bf16(p.k[e]), v16[e] = f32_to_bf16(p.v[e]);
-      p.k[e] = bf16_to_f32(k16[e]), p.v[e] = bf16_to_f32(v16[e]);  // p now holds the widened values
-    }
-    const std::vector<float> widened = run_fast(p);
-    std::vector<float> from_bf16(widened.size());
-    attention_bf16kv(p.q.data(), k16.data(), v16.data(), p.visible.data(), from_bf16.data(), p.n_q, p.n_kv,
+                  Shape{8, 23, 2, 1, 20}, Shape{4, 9, 2, 1, 200}, Shape{16, 100, 16, 8, 128},
+                  Shape{11, 150, 6, 2, 48}}) {
+    for (bool tree : {false, true}) {
+      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
+      if (tree) {  // a draft tree after a prefix: the key blocks every row sees whole take the dense tiles
+        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
+      } else {
+        for (int i = 0; i < s.n_q; ++i) {
+          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
+          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
+        }
+      }
+      std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
+      for (size_t e = 0; e < p.k.size(); ++e) {
+        k16[e] = f32_to_bf16(p.k[e]), v16[e] = f32_to_bf16(p.v[e]);
+        p.k[e] = bf16_to_f32(k16[e]), p.v[e] = bf16_to_f32(v16[e]);  // p now holds the widened values
+      }
+      const std::vector<float> widened = run_fast(p);
+      std::vector<float> from_bf16(widened.size());
+      attention_bf16kv(p.q.data(), k16.data(), v16.data(), p.visible.data(), from_bf16.data(), p.n_q, p.n_kv,
+                       p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
+      ASSERT_EQ(bit_differences(from_bf16.data(), widened.data(), widened.size()), 0u) << "head_dim " << s.head_dim;
+      expect_close_to_reference(p, from_bf16);
+      std::vector<float> ref_widened(widened.size()), ref_bf16(widened.size());
+      ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref_widened.data(), p.n_q, p.n_kv,
                      p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
-    ASSERT_EQ(bit_differences(from_bf16.data(), widened.data(), widened.size()), 0u) << "head_dim " << s.head_dim;
-    expect_close_to_reference(p, from_bf16);
-    std::vector<float> ref_widened(widened.size()), ref_bf16(widened.size());
-    ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref_widened.data(), p.n_q, p.n_kv,
-                   p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
-    ref::attention_bf16kv(p.q.data(), k16.data(), v16.data(), p.visible.data(), ref_bf16.data(), p.n_q, p.n_kv,
-                          p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
-    ASSERT_EQ(bit_differences(ref_bf16.data(), ref_widened.data(), widened.size()), 0u);
+      ref::attention_bf16kv(p.q.data(), k16.data(), v16.data(), p.visible.data(), ref_bf16.data(), p.n_q, p.n_kv,
+                            p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
+      ASSERT_EQ(bit_differences(ref_bf16.data(), ref_widened.data(), widened.size()), 0u);
+    }
   }
   Problem bad = make_problem(2, 3, 4, 2, 32, 1);
   bad.visible = {1, 0, 0, 0, 0, 0};  // row 1 sees nothing

@@ -7,6 +7,11 @@
 // L3 per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays
 // in registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers,
 // outputs accumulated through memory) spent ~50 cycles per (row, head, key).
+// A key block that a row sees whole (all of the cached prefix, for every row of a tree) goes to register tiles
+// over the pairs of all such rows: each key or value vector is loaded and widened once for up to 4 pairs
+// (score_tile, values_tile), not once per row. Zen 4, 1 thread, bf16 K/V after 512 keys, old and new alternated
+// 6 times (best of each): 8 and 16 rows 1.36-1.38x faster on avx512, 1.15-1.19x on avx2; 1 row 1.0-1.1x. The
+// rest of a row's keys (a tree's own nodes) take the per-row path (score_keys, accumulate_values).
 // For each (query row i, head h) pair:
 //   1. score_t = scale * dot(q, k_j) for its visible keys j ascending (t = 0, 1, ...); each dot is one FMA chain
 //      of kW lanes over head_dim and reduce_add4's fixed horizontal order
@@ -17,9 +22,9 @@
 // K/V rows are f32 or bf16 (KvT = float or uint16_t): bf16 elements are widened exactly to f32 on load, so the
 // arithmetic after the load is the same code in both.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -55,12 +60,7 @@ inline void prefetch_row(const KvT* row, int n) {
 
 // Elements [0, min(n, kW)) of a K/V row widened to f32, zeros past n.
 TS_SIMD inline V load_kv(const float* p, int64_t n) { return load_n(p, n); }
-TS_SIMD inline V load_kv(const uint16_t* p, int64_t n) {
-  if (n >= kW) return load_bf16(p);
-  uint16_t part[kW] = {};  // a ragged head_dim's last vector
-  for (int64_t i = 0; i < n; ++i) part[i] = p[i];
-  return load_bf16(part);
-}
+TS_SIMD inline V load_kv(const uint16_t* p, int64_t n) { return load_bf16_n(p, n); }
 // load_kv for a vector known to be whole (kFull: head_dim a multiple of kW, as in every real model): no length
 // test per load, which the compiler could not hoist out of the key loops. bench_attention, 1 thread, Zen 4, avx2,
 // bf16 K/V, best of 4 alternated runs: prefix 128 x 8 rows 190 -> 169 us, 1024 x 8 1713 -> 1556, 1024 x 32
@@ -166,58 +166,232 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
   }
 }
 
+// Dense tiles for the rows that see a whole key block (every row of a task sees the whole cached prefix, so all
+// but the tree's last block): kQ (row, head) pairs x kK consecutive keys of the block per pass, each key vector
+// loaded (and widened) once for kQ queries. Per pair and key the arithmetic is score_keys' (one FMA chain over d,
+// reduce_add4's order for that key alone) and values_pass' (one FMA per key, ascending), so a row's bits do not
+// depend on whether it ran here or in the per-row path.
+// Tile shapes by the number of pairs kQ in the tile (a task's last tile may have fewer): keys per score pass,
+// value vectors per value pass.
+#if TS_SIMD_WIDTH == 16
+constexpr int kScoreQueries = 4;  // x 4 keys: 16 accumulators + 4 keys of 32 zmm
+constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
+constexpr int score_keys_per_pass(int) { return 4; }
+constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) measured 1.4x slower
+#else
+constexpr int kScoreQueries = 3;  // x 3 keys: 9 accumulators + 3 keys + 1 query of 16 ymm
+constexpr int kValueQueries = 4;  // x 2 vectors: 8 accumulators + 2 values + 1 weight
+constexpr int score_keys_per_pass(int q) { return q <= 2 ? 4 : 3; }  // 2 x 4 as 3 x 3: 13 registers
+constexpr int value_vectors_per_pass(int q) { return q <= 2 ? 4 : 2; }
+#endif
+
+// Scores of queries q[0, kQ) against keys [j0, j0 + n) of the block: s[x][t] = scale * dot(q[x], k_{j0 + t}).
+template <int kQ, bool kFull, typename KvT>
+TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, const KvT* k_head, size_t kv_stride,
+                        int head_dim, float scale, bool prefetch_ahead) {
+  constexpr int kK = score_keys_per_pass(kQ);
+  for (int t = 0; t < n; t += kK) {
+    if (prefetch_ahead)
+      for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + kK); ++u)
+        prefetch_row(k_head + size_t(j0 + u) * kv_stride, head_dim);
+    const KvT* k[kK];
+#pragma GCC unroll 4
+    for (int u = 0; u < kK; ++u) k[u] = k_head + size_t(j0 + std::min(t + u, n - 1)) * kv_stride;
+    V acc[kQ][4];
+#pragma GCC unroll 6
+    for (int x = 0; x < kQ; ++x)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[x][u] = zero();
+    for (int d = 0; d < head_dim; d += kW) {
+      const int64_t left = head_dim - d;
+      V kv[kK];
+#pragma GCC unroll 4
+      for (int u = 0; u < kK; ++u) kv[u] = load_part<kFull>(k[u] + d, left);
+#pragma GCC unroll 6
+      for (int x = 0; x < kQ; ++x) {
+        const V qd = load_part<kFull>(q[x] + d, left);
+#pragma GCC unroll 4
+        for (int u = 0; u < kK; ++u) acc[x][u] = fma(qd, kv[u], acc[x][u]);
+      }
+    }
+    const int valid = std::min(kK, n - t);
+#pragma GCC unroll 6
+    for (int x = 0; x < kQ; ++x) {
+      float r[4];
+      reduce_add4(acc[x][0], acc[x][1], acc[x][2], acc[x][3], r);  // output u reads only its own input
+      if (valid == kK) {  // a fixed count: the multiplies and stores are vectorised
+#pragma GCC unroll 4
+        for (int u = 0; u < kK; ++u) s[x][t + u] = r[u] * scale;
+      } else {
+        for (int u = 0; u < valid; ++u) s[x][t + u] = r[u] * scale;
+      }
+    }
+  }
+}
+
+// acc[x][d0, d0 + width) += sum_t p[x][t] v_{j0 + t}, one FMA per key in ascending t for every element.
+template <int kQ, int kVectors, bool kFull, typename KvT>
+TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n, const KvT* v_head, size_t kv_stride,
+                         int d0, int width, int prefetch_width) {
+  V a[kQ][kVectors];
+#pragma GCC unroll 6
+  for (int x = 0; x < kQ; ++x)
+#pragma GCC unroll 4
+    for (int y = 0; y < kVectors; ++y) a[x][y] = load_n(acc[x] + d0 + y * kW, width - y * kW);
+  for (int t = 0; t < n; ++t) {
+    const KvT* vj = v_head + size_t(j0 + t) * kv_stride + d0;  // [width]
+    if (prefetch_width > 0 && t + kPrefetchKeys < n)
+      prefetch_row(v_head + size_t(j0 + t + kPrefetchKeys) * kv_stride, prefetch_width);
+    V v[kVectors];
+#pragma GCC unroll 4
+    for (int y = 0; y < kVectors; ++y) v[y] = load_part<kFull>(vj + y * kW, width - y * kW);
+#pragma GCC unroll 6
+    for (int x = 0; x < kQ; ++x) {
+      const V w = set1(p[x][t]);
+#pragma GCC unroll 4
+      for (int y = 0; y < kVectors; ++y) a[x][y] = fma(w, v[y], a[x][y]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int x = 0; x < kQ; ++x)
+#pragma GCC unroll 4
+    for (int y = 0; y < kVectors; ++y) store_n(acc[x] + d0 + y * kW, a[x][y], width - y * kW);
+}
+
+// f(std::integral_constant<int, m>{}) for a run-time m in [1, kMax]: the tile templates' query counts.
+template <int kMax, typename F>
+inline void with_count(int m, F&& f) {
+  if constexpr (kMax > 1)
+    if (m < kMax) return with_count<kMax - 1>(m, f);
+  f(std::integral_constant<int, kMax>{});
+}
+
+// The dense pairs of one key block, kScoreQueries at a time (the last group smaller).
+template <bool kFull, typename KvT>
+TS_SIMD void score_dense(const float* const* q, float* const* s, int pairs, int j0, int n, const KvT* k_head,
+                         size_t kv_stride, int head_dim, float scale) {
+  for (int x = 0; x < pairs; x += kScoreQueries) {
+    with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
+      score_tile<decltype(m)::value, kFull>(q + x, s + x, j0, n, k_head, kv_stride, head_dim, scale, x == 0);
+    });
+  }
+}
+
+template <bool kFull, typename KvT>
+TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, int j0, int n, const KvT* v_head,
+                          size_t kv_stride, int head_dim) {
+  for (int x = 0; x < pairs; x += kValueQueries) {
+    with_count<kValueQueries>(std::min(kValueQueries, pairs - x), [&](auto m) {
+      constexpr int kQ = decltype(m)::value, kVectors = value_vectors_per_pass(kQ), kSpan = kVectors * kW;
+      for (int d0 = 0; d0 < head_dim; d0 += kSpan) {
+        const int width = std::min(head_dim - d0, kSpan);
+        const int pw = x == 0 && d0 == 0 ? head_dim : 0;  // the first pass fetches whole rows ahead
+        if (kFull && width == kSpan)  // whole vectors: no length tests
+          values_tile<kQ, kVectors, true>(p + x, acc + x, j0, n, v_head, kv_stride, d0, width, pw);
+        else  // a ragged last span: vectors past width load zeros and store nothing
+          values_tile<kQ, kVectors, false>(p + x, acc + x, j0, n, v_head, kv_stride, d0, width, pw);
+      }
+    });
+  }
+}
+
 struct TaskScratch {
-  std::vector<int> keys;      // [rows in block, n_kv] visible key indices per row, ascending (first n_vis used)
-  std::vector<int> n_vis;     // [rows in block]
   std::vector<int> cursor;    // [rows in block] first visible key of the current key block
   std::vector<float> acc;     // [rows in block, group, head_dim] weighted sums of values
   std::vector<float> scores;  // [rows in block, group, n_kv] scores, then unnormalised probabilities
   std::vector<float> inv_sum; // [rows in block, group] 1 / softmax normaliser
+  std::vector<int> first;     // [rows in block] this key block: first list index of a dense row, -1 - it if partial
+  std::vector<const float*> dense_q;  // [dense pairs] query vectors of the block's dense (row, head) pairs
+  std::vector<float*> dense_s;        // [dense pairs] their scores (then probabilities) at the block's first key
+  std::vector<float*> dense_acc;      // [dense pairs] their value sums
 };
 
-// One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
-// kv_stride elements apart. Returns false if a row sees no key.
-template <typename KvT>
-TS_SIMD bool attend_block(const float* q, const KvT* k_head, const KvT* v_head, size_t kv_stride,
-                          const uint8_t* visible, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
-  const int group = n_heads / n_kv_heads;
-  s.keys.resize(size_t(rows) * n_kv);
-  s.n_vis.assign(rows, 0);
-  for (int i = 0; i < rows; ++i) {
-    const uint8_t* row_mask = visible + size_t(row0 + i) * n_kv;  // [n_kv]
-    int* keys = s.keys.data() + size_t(i) * n_kv;
+// Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used). Built
+// once per call (every KV head's tasks read them). Returns false if a row sees no key.
+inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::vector<int>& keys,
+                              std::vector<int>& n_vis) {
+  keys.resize(size_t(n_q) * n_kv);
+  n_vis.resize(n_q);
+  for (int i = 0; i < n_q; ++i) {
+    const uint8_t* row_mask = visible + size_t(i) * n_kv;  // [n_kv]
+    int* row_keys = keys.data() + size_t(i) * n_kv;
     int n = 0;
     for (int j = 0; j < n_kv; ++j) {
-      keys[n] = j;
+      row_keys[n] = j;
       n += row_mask[j] != 0;
     }
     if (n == 0) return false;
-    s.n_vis[i] = n;
+    n_vis[i] = n;
   }
+  return true;
+}
+
+// One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
+// kv_stride elements apart; all_keys / all_n_vis: list_visible_keys' lists of every row of the call.
+template <typename KvT>
+TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, size_t kv_stride,
+                          const int* all_keys, const int* all_n_vis, float* out, int row0, int rows, int kvh, int n_kv,
+                          int n_heads, int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
+  const int group = n_heads / n_kv_heads;
+  const int* n_vis = all_n_vis + row0;  // [rows]
   s.scores.resize(size_t(rows) * group * n_kv);
   s.acc.assign(size_t(rows) * group * head_dim, 0.0f);
   auto acc_of = [&](int i, int g) { return s.acc.data() + (size_t(i) * group + g) * head_dim; };
   auto q_of = [&](int i, int g) { return q + (size_t(row0 + i) * n_heads + size_t(kvh) * group + g) * head_dim; };
   auto scores_of = [&](int i, int g) { return s.scores.data() + (size_t(i) * group + g) * n_kv; };
-  auto keys_of = [&](int i) { return s.keys.data() + size_t(i) * n_kv; };
+  auto keys_of = [&](int i) { return all_keys + size_t(row0 + i) * n_kv; };
 
   // Visible keys of row i inside key block [j0, j1): [cursor, end) of its list; advances the cursor.
+  // The list is ascending and the cursor at its first key >= the block's first: a binary search over at most
+  // the block's length finds the end.
   auto block_range = [&](int i, int j1, int& t0, int& t1) {
     t0 = s.cursor[i];
-    t1 = t0;
     const int* keys = keys_of(i);
-    while (t1 < s.n_vis[i] && keys[t1] < j1) ++t1;
+    t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
     s.cursor[i] = t1;
   };
-  const bool whole_vectors = kWholeVectorPaths<KvT> && head_dim % kW == 0;
-  // 1. Scores, key block by key block, heads two at a time (they share the key loads).
-  s.cursor.assign(rows, 0);
-  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
-    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+  const bool whole_vectors = kWholeVectorPaths<KvT> && head_dim % kW == 0;  // the per-row path
+  const bool dense_whole = head_dim % kW == 0;                               // the dense tiles
+  // Per key block: the rows that see all of it go to the dense tiles (their pairs listed in dense_q / dense_s /
+  // dense_acc), the others to the per-row path over their visible keys.
+  s.first.resize(rows);
+  s.dense_q.resize(size_t(rows) * group);
+  s.dense_s.resize(size_t(rows) * group);
+  s.dense_acc.resize(size_t(rows) * group);
+  auto split_block = [&](int j0, int j1, bool scores_phase) {
+    int pairs = 0;
     for (int i = 0; i < rows; ++i) {
       int t0, t1;
       block_range(i, j1, t0, t1);
+      s.first[i] = t0;
+      if (t1 - t0 != j1 - j0) {
+        s.first[i] = -1 - t0;  // partial: the per-row path, from t0 to the new cursor
+        continue;
+      }
+      for (int g = 0; g < group; ++g, ++pairs) {
+        s.dense_s[pairs] = scores_of(i, g) + t0;
+        if (scores_phase)
+          s.dense_q[pairs] = q_of(i, g);
+        else
+          s.dense_acc[pairs] = acc_of(i, g);
+      }
+    }
+    return pairs;
+  };
+  // 1. Scores, key block by key block; the per-row path takes heads two at a time (they share the key loads).
+  s.cursor.assign(rows, 0);
+  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
+    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+    const int pairs = split_block(j0, j1, true);
+    if (pairs > 0) {
+      if (dense_whole)
+        score_dense<true>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_head, kv_stride, head_dim, scale);
+      else
+        score_dense<false>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_head, kv_stride, head_dim, scale);
+    }
+    for (int i = 0; i < rows; ++i) {
+      if (s.first[i] >= 0) continue;
+      const int t0 = -1 - s.first[i], t1 = s.cursor[i];
       if (t1 == t0) continue;
       const int* keys = keys_of(i) + t0;
       int g = 0;
@@ -226,19 +400,19 @@ TS_SIMD bool attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
         float* sb = scores_of(i, g + 1) + t0;
         if (whole_vectors)
           score_keys<true, true>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa, sb,
-                                 i == 0 && g == 0);
+                                 pairs == 0 && i == 0 && g == 0);
         else
           score_keys<true, false>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                  sb, i == 0 && g == 0);
+                                  sb, pairs == 0 && i == 0 && g == 0);
       }
       if (g < group) {
         float* sa = scores_of(i, g) + t0;
         if (whole_vectors)
           score_keys<false, true>(q_of(i, g), nullptr, keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                  nullptr, i == 0 && g == 0);
+                                  nullptr, pairs == 0 && i == 0 && g == 0);
         else
           score_keys<false, false>(q_of(i, g), nullptr, keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                   nullptr, i == 0 && g == 0);
+                                   nullptr, pairs == 0 && i == 0 && g == 0);
       }
     }
   }
@@ -246,23 +420,30 @@ TS_SIMD bool attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
   s.inv_sum.resize(size_t(rows) * group);
   for (int i = 0; i < rows; ++i)
     for (int g = 0; g < group; ++g)
-      s.inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), s.n_vis[i]);
+      s.inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), n_vis[i]);
   // 3. Weighted sums of values, key block by key block again.
   s.cursor.assign(rows, 0);
   for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
     const int j1 = std::min(n_kv, j0 + kKeyBlock);
+    const int pairs = split_block(j0, j1, false);
+    if (pairs > 0) {
+      if (dense_whole)
+        values_dense<true>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_head, kv_stride, head_dim);
+      else
+        values_dense<false>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_head, kv_stride, head_dim);
+    }
     for (int i = 0; i < rows; ++i) {
-      int t0, t1;
-      block_range(i, j1, t0, t1);
+      if (s.first[i] >= 0) continue;
+      const int t0 = -1 - s.first[i], t1 = s.cursor[i];
       if (t1 == t0) continue;
       const int* keys = keys_of(i) + t0;
       int g = 0;
       for (; g + 2 <= group; g += 2)
         accumulate_values<true>(scores_of(i, g) + t0, scores_of(i, g + 1) + t0, keys, t1 - t0, v_head, kv_stride,
-                                head_dim, acc_of(i, g), acc_of(i, g + 1), i == 0 && g == 0);
+                                head_dim, acc_of(i, g), acc_of(i, g + 1), pairs == 0 && i == 0 && g == 0);
       if (g < group)
         accumulate_values<false>(scores_of(i, g) + t0, nullptr, keys, t1 - t0, v_head, kv_stride, head_dim,
-                                 acc_of(i, g), nullptr, i == 0 && g == 0);
+                                 acc_of(i, g), nullptr, pairs == 0 && i == 0 && g == 0);
     }
   }
   for (int i = 0; i < rows; ++i)
@@ -272,7 +453,6 @@ TS_SIMD bool attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
       const V inv = set1(s.inv_sum[size_t(i) * group + g]);
       for (int d = 0; d < head_dim; d += kW) store_n(oh + d, mul(load_n(a + d, head_dim - d), inv), head_dim - d);
     }
-  return true;
 }
 
 template <typename KvT>
@@ -281,7 +461,11 @@ bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
                   float scale) {
   const int blocks = (n_q + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
-  std::atomic<bool> all_rows_see_a_key{true};
+  thread_local std::vector<int> key_lists, n_vis_lists;  // the calling thread's, read by the workers
+  if (!list_visible_keys(visible, n_q, n_kv, key_lists, n_vis_lists)) return false;
+  // Pointers, not the names: inside the task a thread_local name would be the worker's own (empty) copy.
+  const int* keys = key_lists.data();   // [n_q, n_kv]
+  const int* n_vis = n_vis_lists.data();  // [n_q]
   // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens
   // of microseconds), well past the ~5 us a hand-off costs.
   parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
@@ -289,11 +473,10 @@ bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * kRowsPerTask, rows = std::min(kRowsPerTask, n_q - row0);
     const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
-    if (!attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), visible, out, row0, rows, kvh, n_kv,
-                      n_heads, n_kv_heads, head_dim, scale, scratch))
-      all_rows_see_a_key.store(false, std::memory_order_relaxed);
+    attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), keys, n_vis, out, row0,
+                 rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale, scratch);
   });
-  return all_rows_see_a_key;
+  return true;
 }
 
 }  // namespace

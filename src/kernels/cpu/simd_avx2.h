@@ -102,6 +102,14 @@ TS_SIMD inline V load_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 TS_SIMD inline V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// The first min(n, 8) bf16 values at p as f32, the rest zero; nothing past them is read (AVX2 has no 16-bit
+// masked load: a short tail goes through a zeroed copy).
+TS_SIMD inline V load_bf16_n(const uint16_t* p, int64_t n) {
+  if (n >= 8) return load_bf16(p);
+  alignas(16) uint16_t part[8] = {};
+  for (int64_t i = 0; i < n; ++i) part[i] = p[i];
+  return load_bf16(part);
+}
 TS_SIMD inline V round_bf16(V v) {
   const VI bits = _mm256_castps_si256(v);
   const VI lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));

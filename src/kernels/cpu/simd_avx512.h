@@ -85,6 +85,10 @@ TS_SIMD inline V load_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
 TS_SIMD inline V load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+// The first min(n, 16) bf16 values at p as f32, the rest zero; nothing past them is read (one masked load).
+TS_SIMD inline V load_bf16_n(const uint16_t* p, int64_t n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail(n), p)), 16));
+}
 // v rounded to the nearest bf16 (ties to even), kept as f32; NaN stays a (quiet) NaN. Same rule as f32_to_bf16.
 TS_SIMD inline V round_bf16(V v) {
   const VI bits = _mm512_castps_si512(v);
