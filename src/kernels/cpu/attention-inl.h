@@ -378,10 +378,27 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     }
     return pairs;
   };
+  // Keys [0, shared) are visible to every row of the task (the cached prefix of a tree): a block ends there, so
+  // the prefix's last keys go to the dense tiles too, not to the per-row path with the tree's nodes. Block bounds
+  // only change the loop nesting, never a pair's arithmetic.
+  int shared = n_kv;
+  for (int i = 0; i < rows; ++i) {  // keys[t] >= t, so keys[t] == t holds for t below the row's first hidden key
+    const int* keys = keys_of(i);
+    int lo = 0, hi = std::min(n_vis[i], shared);
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (keys[mid] == mid) lo = mid + 1; else hi = mid;
+    }
+    shared = lo;
+  }
+  auto block_end = [&](int j0) {
+    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+    return j0 < shared && shared < j1 ? shared : j1;
+  };
   // 1. Scores, key block by key block; the per-row path takes heads two at a time (they share the key loads).
   s.cursor.assign(rows, 0);
-  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
-    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+  for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
+    j1 = block_end(j0);
     const int pairs = split_block(j0, j1, true);
     if (pairs > 0) {
       if (dense_whole)
@@ -423,8 +440,8 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
       s.inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), n_vis[i]);
   // 3. Weighted sums of values, key block by key block again.
   s.cursor.assign(rows, 0);
-  for (int j0 = 0; j0 < n_kv; j0 += kKeyBlock) {
-    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+  for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
+    j1 = block_end(j0);
     const int pairs = split_block(j0, j1, false);
     if (pairs > 0) {
       if (dense_whole)
