@@ -1,13 +1,16 @@
 // Micro benchmark of the masked attention kernel: one layer of a Qwen3-0.6B-shaped model (16 query heads, 8 KV
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
 // machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
-// and as bf16 (row-major, as the target's bf16 KV cache holds them).
-//   bench_attention [threads]
+// and as bf16 (row-major, and head-major as the target's bf16 KV cache holds them).
+//   bench_attention [threads] [cold]
+// cold: 64 MiB are touched before every call, so the K/V come from DRAM as in a model forward (where the weights
+// stream through L3 between two layers' attention); without it the same K/V stay in L2/L3 from call to call.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -30,11 +33,13 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   set_num_threads(threads);
   const bool cpu_clock = threads == 1;
+  const bool cold = argc > 2 && std::string(argv[2]) == "cold";
+  std::vector<char> flush(cold ? size_t(64) << 20 : 0, 1);  // touched before each call when cold
   const int heads = 16, kv_heads = 8, hd = 128;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s\n", threads, cpu_clock ? "CPU" : "wall", heads,
-              kv_heads, hd, kernels::ops_isa());
+  std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s, K/V %s\n", threads, cpu_clock ? "CPU" : "wall",
+              heads, kv_heads, hd, kernels::ops_isa(), cold ? "cold (from DRAM)" : "warm (in cache)");
   for (int prefix : {128, 512, 1024, 4096}) {
     for (int n_q : {1, 8, 32}) {
       const int n_kv = prefix + n_q;
@@ -53,28 +58,41 @@ int main(int argc, char** argv) {
             k_hm[(size_t(g) * n_kv + j) * hd + d] = k[(size_t(j) * kv_heads + g) * hd + d];
             v_hm[(size_t(g) * n_kv + j) * hd + d] = v[(size_t(j) * kv_heads + g) * hd + d];
           }
-      // The same K/V as bf16 bits, row-major: what the target's bf16 KV cache holds (attention_bf16kv).
-      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      // The same K/V as bf16 bits, row-major (attention_bf16kv) and head-major: what the target's bf16 KV cache
+      // holds (attention_strided_bf16kv).
+      std::vector<uint16_t> k16(k.size()), v16(v.size()), k16_hm(k.size()), v16_hm(v.size());
       for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
-      std::vector<double> times, times_hm, times_bf16;
+      for (size_t i = 0; i < k.size(); ++i) k16_hm[i] = f32_to_bf16(k_hm[i]), v16_hm[i] = f32_to_bf16(v_hm[i]);
+      std::vector<double> times, times_hm, times_bf16, times_bf16_hm;
+      auto timed = [&](std::vector<double>& into, auto&& call) {
+        if (cold)
+          for (size_t i = 0; i < flush.size(); i += 64) flush[i] = char(flush[i] + 1);
+        const double t0 = clock_ms(cpu_clock);
+        call();
+        into.push_back(clock_ms(cpu_clock) - t0);
+      };
       for (int rep = 0; rep < 15; ++rep) {
-        double t0 = clock_ms(cpu_clock);
-        kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
-                           0.088f);
-        times.push_back(clock_ms(cpu_clock) - t0);
-        t0 = clock_ms(cpu_clock);
-        kernels::attention_strided(q.data(), k_hm.data(), v_hm.data(), hd, int64_t(n_kv) * hd, visible.data(),
-                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
-        times_hm.push_back(clock_ms(cpu_clock) - t0);
-        t0 = clock_ms(cpu_clock);
-        kernels::attention_bf16kv(q.data(), k16.data(), v16.data(), visible.data(), out.data(), n_q, n_kv, heads,
-                                  kv_heads, hd, 0.088f);
-        times_bf16.push_back(clock_ms(cpu_clock) - t0);
+        timed(times, [&] {
+          kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
+                             0.088f);
+        });
+        timed(times_hm, [&] {
+          kernels::attention_strided(q.data(), k_hm.data(), v_hm.data(), hd, int64_t(n_kv) * hd, visible.data(),
+                                     out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
+        timed(times_bf16, [&] {
+          kernels::attention_bf16kv(q.data(), k16.data(), v16.data(), visible.data(), out.data(), n_q, n_kv, heads,
+                                    kv_heads, hd, 0.088f);
+        });
+        timed(times_bf16_hm, [&] {
+          kernels::attention_strided_bf16kv(q.data(), k16_hm.data(), v16_hm.data(), hd, int64_t(n_kv) * hd,
+                                            visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
       }
-      std::printf("prefix %5d  n_q %3d : row-major %8.1f us, head-major %8.1f us, bf16 row-major %8.1f us\n", prefix,
-                  n_q, *std::min_element(times.begin(), times.end()) * 1e3,
-                  *std::min_element(times_hm.begin(), times_hm.end()) * 1e3,
-                  *std::min_element(times_bf16.begin(), times_bf16.end()) * 1e3);
+      auto best = [](const std::vector<double>& t) { return *std::min_element(t.begin(), t.end()) * 1e3; };
+      std::printf("prefix %5d  n_q %3d : f32 row-major %8.1f us, head-major %8.1f us; bf16 row-major %8.1f us, "
+                  "head-major %8.1f us\n",
+                  prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm));
     }
   }
 }

@@ -59,6 +59,10 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
 // then the arithmetic is attention()'s, so the result equals attention() on the widened values.
 void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
                       int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+// attention_bf16kv() with K/V addressed by strides in elements, as attention_strided() (the head-major KV cache).
+void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
+                              int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
+                              int n_heads, int n_kv_heads, int head_dim, float scale);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
@@ -98,6 +102,9 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
                        int head_dim, float scale);
 void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
                       int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
+                              int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
+                              int n_heads, int n_kv_heads, int head_dim, float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

@@ -58,7 +58,8 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
 }
 
 DrafterState Drafter::new_state(int max_tokens) const {
-  return DrafterState{KVCache(config_.num_layers, shape_.kv_dim(), max_tokens + config_.block_size, kv_dtype_)};
+  return DrafterState{KVCache(config_.num_layers, shape_.kv_heads, shape_.head_dim, max_tokens + config_.block_size,
+                              kv_dtype_)};
 }
 
 void Drafter::set_kv_dtype(DType dtype) {

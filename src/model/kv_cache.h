@@ -17,27 +17,34 @@
 
 namespace ts {
 
-// One layer's rows as the attention kernel reads them: key row j starts at k + j * kv_dim elements of dtype.
+// One layer's rows as the attention kernel reads them (kernels::attention_strided*): head g's key row j starts at
+// k + g * head_stride + j * row_stride elements of dtype. The cache is head-major, [kv_heads, capacity, head_dim]:
+// row_stride = head_dim, head_stride = capacity * head_dim, so each head's rows are contiguous and attention
+// streams them (row-major rows of one head sat kv_dim elements apart, a new 4 KiB page every 1-4 keys).
 struct KVRows {
-  const void* k = nullptr;  // [rows, kv_dim] of dtype
-  const void* v = nullptr;  // [rows, kv_dim] of dtype
+  const void* k = nullptr;  // [kv_heads, capacity, head_dim] of dtype
+  const void* v = nullptr;  // [kv_heads, capacity, head_dim] of dtype
   DType dtype = DType::F32;
+  int64_t row_stride = 0;   // elements between rows j and j + 1 of a head
+  int64_t head_stride = 0;  // elements between heads g and g + 1
 };
 
 class KVCache {
  public:
   KVCache() = default;
-  // kv_dim = num_kv_heads * head_dim; max_tokens bounds committed + pending rows. dtype: F32 or BF16.
-  KVCache(int num_layers, int kv_dim, int max_tokens, DType dtype = DType::F32);
+  // max_tokens bounds committed + pending rows. dtype: F32 or BF16.
+  KVCache(int num_layers, int num_kv_heads, int head_dim, int max_tokens, DType dtype = DType::F32);
 
   int length() const { return length_; }
   int pending() const { return pending_; }
   int max_tokens() const { return max_tokens_; }
-  int kv_dim() const { return kv_dim_; }
+  int kv_dim() const { return kv_heads_ * head_dim_; }
+  int kv_heads() const { return kv_heads_; }
+  int head_dim() const { return head_dim_; }
   int num_layers() const { return int(keys_.size()); }
   DType dtype() const { return dtype_; }
   // Bytes one row takes over all layers, keys and values.
-  int64_t bytes_per_row() const { return int64_t(num_layers()) * kv_dim_ * 2 * int64_t(elem_bytes_); }
+  int64_t bytes_per_row() const { return int64_t(num_layers()) * kv_dim() * 2 * int64_t(elem_bytes_); }
   static int64_t bytes_per_row(int num_layers, int kv_dim, DType dtype) {
     return int64_t(num_layers) * kv_dim * 2 * int64_t(dtype_size(dtype));
   }
@@ -61,15 +68,18 @@ class KVCache {
 
  private:
   void reserve_rows(int rows);
-  int kv_dim_ = 0;
+  // Moves row src to row dst (every layer, head, keys and values).
+  void move_row(int src, int dst);
+  int kv_heads_ = 0;
+  int head_dim_ = 0;
   int max_tokens_ = 0;
   int capacity_ = 0;  // rows allocated per layer
   int length_ = 0;
   int pending_ = 0;
   DType dtype_ = DType::F32;
   int elem_bytes_ = 4;
-  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][capacity, kv_dim] of dtype
-  std::vector<std::vector<uint8_t>> values_;  // [num_layers][capacity, kv_dim] of dtype
+  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][kv_heads, capacity, head_dim] of dtype
+  std::vector<std::vector<uint8_t>> values_;  // [num_layers][kv_heads, capacity, head_dim] of dtype
 };
 
 }  // namespace ts

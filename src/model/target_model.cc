@@ -41,7 +41,7 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
 }
 
 KVCache TargetModel::new_cache(int max_tokens) const {
-  return KVCache(config_.num_layers, shape_.kv_dim(), max_tokens, kv_dtype_);
+  return KVCache(config_.num_layers, shape_.kv_heads, shape_.head_dim, max_tokens, kv_dtype_);
 }
 
 void TargetModel::set_kv_dtype(DType dtype) {
@@ -77,12 +77,16 @@ void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int l
   const KVRows kv = cache.rows(layer);
   const int n_kv = cache.length() + cache.pending();
   const float scale = 1.0f / std::sqrt(float(shape.head_dim));
+  TS_CHECK(cache.kv_heads() == shape.kv_heads && cache.head_dim() == shape.head_dim, "KV cache of ",
+           cache.kv_heads(), " x ", cache.head_dim(), " for a layer of ", shape.kv_heads, " x ", shape.head_dim);
   if (kv.dtype == DType::BF16) {
-    kernels::attention_bf16kv(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v), mask, out,
-                              n_rows, n_kv, shape.heads, shape.kv_heads, shape.head_dim, scale);
+    kernels::attention_strided_bf16kv(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v),
+                                      kv.row_stride, kv.head_stride, mask, out, n_rows, n_kv, shape.heads,
+                                      shape.kv_heads, shape.head_dim, scale);
   } else {
-    kernels::attention(q, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), mask, out, n_rows, n_kv,
-                       shape.heads, shape.kv_heads, shape.head_dim, scale);
+    kernels::attention_strided(q, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), kv.row_stride,
+                               kv.head_stride, mask, out, n_rows, n_kv, shape.heads, shape.kv_heads, shape.head_dim,
+                               scale);
   }
 }
 

@@ -169,9 +169,17 @@ void attention_strided(const float* q, const float* k, const float* v, int64_t k
 
 void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
                       int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  dispatch_attention(q, k, v, int64_t(n_kv_heads) * head_dim, int64_t(head_dim), visible, out, n_q, n_kv, n_heads,
-                     n_kv_heads, head_dim, scale, [&] {
-                       ref::attention_bf16kv(q, k, v, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+  attention_strided_bf16kv(q, k, v, int64_t(n_kv_heads) * head_dim, int64_t(head_dim), visible, out, n_q, n_kv,
+                           n_heads, n_kv_heads, head_dim, scale);
+}
+
+void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
+                              int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
+                              int n_heads, int n_kv_heads, int head_dim, float scale) {
+  dispatch_attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
+                     scale, [&] {
+                       ref::attention_strided_bf16kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
+                                                     n_heads, n_kv_heads, head_dim, scale);
                      });
 }
 

@@ -120,4 +120,10 @@ void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, cons
                n_kv_heads, head_dim, scale);
 }
 
+void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
+                              int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
+                              int n_heads, int n_kv_heads, int head_dim, float scale) {
+  attention_kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
 }  // namespace ts::kernels::ref

@@ -1,0 +1,120 @@
+// The KV cache's head-major layout: rows written as [n, kv_heads, head_dim] read back the same through read_row and
+// through rows()' strides (what attention reads), across capacity growth, tree commits, truncation and both
+// dtypes; bad requests throw and leave the cache usable.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/kv_cache.h"
+
+namespace ts {
+namespace {
+
+constexpr int kLayers = 2, kHeads = 3, kHeadDim = 5, kDim = kHeads * kHeadDim, kMax = 300;
+
+// The committed rows a cache should hold: [rows][layer][keys | values][kDim], already rounded to the dtype.
+using Rows = std::vector<std::vector<std::vector<float>>>;
+
+float stored(float x, DType dtype) { return dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
+
+// Element d of head g of row j through rows(layer): what the attention kernel reads.
+float strided(const KVCache& cache, int layer, bool value, int j, int g, int d) {
+  const KVRows kv = cache.rows(layer);
+  const int64_t at = g * kv.head_stride + j * kv.row_stride + d;
+  const void* base = value ? kv.v : kv.k;
+  if (kv.dtype == DType::F32) return static_cast<const float*>(base)[at];
+  return bf16_to_f32(static_cast<const uint16_t*>(base)[at]);
+}
+
+void expect_holds(const KVCache& cache, const Rows& want) {
+  ASSERT_EQ(cache.length(), int(want.size()));
+  std::vector<float> k(kDim), v(kDim);
+  for (int j = 0; j < cache.length(); ++j)
+    for (int l = 0; l < kLayers; ++l) {
+      cache.read_row(l, j, k.data(), v.data());
+      for (int e = 0; e < kDim; ++e) {
+        ASSERT_EQ(k[e], want[j][l][e]) << "row " << j << " layer " << l << " key element " << e;
+        ASSERT_EQ(v[e], want[j][l][kDim + e]) << "row " << j << " layer " << l << " value element " << e;
+        ASSERT_EQ(strided(cache, l, false, j, e / kHeadDim, e % kHeadDim), want[j][l][e]);
+        ASSERT_EQ(strided(cache, l, true, j, e / kHeadDim, e % kHeadDim), want[j][l][kDim + e]);
+      }
+    }
+}
+
+// Appends n pending rows of random values; returns them as [n][layer][keys | values].
+Rows append(KVCache& cache, int n, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  cache.begin_append(n);
+  Rows rows(n, std::vector<std::vector<float>>(kLayers, std::vector<float>(2 * kDim)));
+  for (int l = 0; l < kLayers; ++l) {
+    std::vector<float> k(size_t(n) * kDim), v(size_t(n) * kDim);  // [n, kv_heads, head_dim]
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    cache.write_pending(l, 0, n, k.data(), v.data());
+    for (int r = 0; r < n; ++r)
+      for (int e = 0; e < kDim; ++e) {
+        rows[r][l][e] = stored(k[size_t(r) * kDim + e], cache.dtype());
+        rows[r][l][kDim + e] = stored(v[size_t(r) * kDim + e], cache.dtype());
+      }
+  }
+  return rows;
+}
+
+class KVCacheLayout : public ::testing::TestWithParam<DType> {};
+INSTANTIATE_TEST_SUITE_P(Dtypes, KVCacheLayout, ::testing::Values(DType::F32, DType::BF16));
+
+TEST_P(KVCacheLayout, RowsSurviveGrowthCommitsAndTruncation) {
+  std::mt19937 rng(5);
+  KVCache cache(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  EXPECT_EQ(cache.kv_dim(), kDim);
+  Rows want;
+  // 50 rows (capacity 64), then a tree of 40 pending rows of which 6 are kept (capacity 128: each head's rows move).
+  Rows first = append(cache, 50, rng);
+  cache.commit_all();
+  want.insert(want.end(), first.begin(), first.end());
+  expect_holds(cache, want);
+  Rows tree = append(cache, 40, rng);
+  const std::vector<int32_t> keep = {0, 3, 4, 17, 30, 39};
+  cache.commit(keep);
+  for (int32_t i : keep) want.push_back(tree[i]);
+  expect_holds(cache, want);
+  // 100 more, all kept: growth to 256.
+  Rows late = append(cache, 100, rng);
+  cache.commit_all();
+  want.insert(want.end(), late.begin(), late.end());
+  expect_holds(cache, want);
+  // Truncation forgets the tail; new rows take its place.
+  cache.truncate(70);
+  want.resize(70);
+  expect_holds(cache, want);
+  Rows again = append(cache, 3, rng);
+  cache.commit({1});
+  want.push_back(again[1]);
+  expect_holds(cache, want);
+}
+
+TEST_P(KVCacheLayout, BadRequestsThrowAndLoseNothing) {
+  std::mt19937 rng(6);
+  KVCache cache(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  Rows want = append(cache, 10, rng);
+  cache.commit_all();
+  std::vector<float> row(size_t(2) * kDim, 1.0f);
+  EXPECT_THROW(cache.begin_append(kMax - 9), Error);  // context too long
+  cache.begin_append(2);
+  EXPECT_THROW(cache.write_pending(0, 1, 2, row.data(), row.data()), Error);  // past the pending rows
+  EXPECT_THROW(cache.write_pending(kLayers, 0, 1, row.data(), row.data()), Error);
+  EXPECT_THROW(cache.commit({1, 1}), Error);  // indices must increase
+  cache.drop_pending();
+  std::vector<float> k(kDim), v(kDim);
+  EXPECT_THROW(cache.read_row(0, 10, k.data(), v.data()), Error);
+  expect_holds(cache, want);
+  EXPECT_THROW(KVCache(kLayers, 0, kHeadDim, kMax), Error);
+  EXPECT_THROW(KVCache(kLayers, kHeads, kHeadDim, kMax, DType::F16), Error);
+}
+
+}  // namespace
+}  // namespace ts
