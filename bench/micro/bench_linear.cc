@@ -62,12 +62,12 @@ void bench_shape(int out, int in, DType compute, Isa isa, size_t total_mib) {
   std::vector<Linear> layers;
   for (int i = 0; i < copies; ++i) layers.emplace_back(w.data(), DType::BF16, out, in, compute);
 
-  const int max_rows = 64;
+  const int max_rows = 128;
   std::vector<float> x(size_t(max_rows) * in), y(size_t(max_rows) * out);
   for (auto& v : x) v = normal(rng) * 50.0f;
   std::printf("%5dx%-5d %-4s %-20s", out, in, dtype_name(compute), layers[0].backend_name());
   double t1 = 0;
-  for (int rows : {1, 2, 3, 4, 5, 8, 16, 32, 64}) {
+  for (int rows : {1, 2, 3, 4, 5, 8, 16, 32, 64, 128}) {
     for (auto& l : layers) l.forward(x.data(), rows, y.data());  // warm-up
     std::vector<double> per_layer_us;
     for (int rep = 0; rep < 9; ++rep) {
