@@ -65,7 +65,8 @@ TS_SIMD inline V load_kv(const uint16_t* p, int64_t n) { return load_bf16_n(p, n
 // test per load, which the compiler could not hoist out of the key loops. bench_attention, 1 thread, Zen 4, avx2,
 // bf16 K/V, best of 4 alternated runs: prefix 128 x 8 rows 190 -> 169 us, 1024 x 8 1713 -> 1556, 1024 x 32
 // 6302 -> 5743. Only there: with f32 rows, or on AVX-512 (whose partial loads are one masked instruction, no
-// branch), the same paths measured 4-15% slower.
+// branch), the same paths measured 4-15% slower. (The dense tiles below load whole vectors on every ISA: there
+// they measured no slower.)
 template <typename KvT>
 constexpr bool kWholeVectorPaths = TS_SIMD_WIDTH == 8 && std::is_same_v<KvT, uint16_t>;
 template <bool kFull, typename T>
@@ -301,7 +302,7 @@ struct TaskScratch {
   std::vector<float> acc;     // [rows in block, group, head_dim] weighted sums of values
   std::vector<float> scores;  // [rows in block, group, n_kv] scores, then unnormalised probabilities
   std::vector<float> inv_sum; // [rows in block, group] 1 / softmax normaliser
-  std::vector<int> first;     // [rows in block] this key block: first list index of a dense row, -1 - it if partial
+  std::vector<int> first;     // [rows in block] this key block's first list index (the block: [first, cursor))
   std::vector<const float*> dense_q;  // [dense pairs] query vectors of the block's dense (row, head) pairs
   std::vector<float*> dense_s;        // [dense pairs] their scores (then probabilities) at the block's first key
   std::vector<float*> dense_acc;      // [dense pairs] their value sums
@@ -369,10 +370,7 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
       int t0, t1;
       block_range(i, j1, t0, t1);
       s.first[i] = t0;
-      if (t1 - t0 != j1 - j0) {
-        s.first[i] = -1 - t0;  // partial: the per-row path, from t0 to the new cursor
-        continue;
-      }
+      if (t1 - t0 != j1 - j0) continue;  // partial: the per-row path takes [first, cursor)
       for (int g = 0; g < group; ++g, ++pairs) {
         s.dense_s[pairs] = scores_of(i, g) + t0;
         if (scores_phase)
@@ -414,9 +412,8 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
                            prefetch);
     }
     for (int i = 0; i < rows; ++i) {
-      if (s.first[i] >= 0) continue;
-      const int t0 = -1 - s.first[i], t1 = s.cursor[i];
-      if (t1 == t0) continue;
+      const int t0 = s.first[i], t1 = s.cursor[i];
+      if (t1 == t0 || t1 - t0 == j1 - j0) continue;  // nothing visible here, or the block went to the tiles
       const int* keys = keys_of(i) + t0;
       int g = 0;
       for (; g + 2 <= group; g += 2) {
@@ -459,9 +456,8 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
                             prefetch);
     }
     for (int i = 0; i < rows; ++i) {
-      if (s.first[i] >= 0) continue;
-      const int t0 = -1 - s.first[i], t1 = s.cursor[i];
-      if (t1 == t0) continue;
+      const int t0 = s.first[i], t1 = s.cursor[i];
+      if (t1 == t0 || t1 - t0 == j1 - j0) continue;  // nothing visible here, or the block went to the tiles
       const int* keys = keys_of(i) + t0;
       int g = 0;
       for (; g + 2 <= group; g += 2)
