@@ -48,7 +48,8 @@ struct Shape { int out, in; };
 // Model-sized shapes, and ragged ones: out and in not multiples of 8, 16 or the 64-column group, in odd; 168 =
 // 2 groups + 5 of 8 avx2 panels, so the second pass of the avx2 3 x 3 tile (the 3-row tile of 7 rows = 4 + 3 in
 // the batch-shape test) reaches past the last valid panel.
-const Shape kShapes[] = {{64, 32}, {1024, 1024}, {3072, 1024}, {67, 101}, {131, 77}, {9, 200}, {168, 90}};
+// {520, 300}: 312 KiB of bf16 weights, threaded from one row on (gemm_worth_threads), ragged last group.
+const Shape kShapes[] = {{64, 32}, {1024, 1024}, {3072, 1024}, {67, 101}, {131, 77}, {9, 200}, {168, 90}, {520, 300}};
 bool small(Shape s) { return s.out * s.in <= 1 << 16; }
 
 class Linear : public PerIsa {};

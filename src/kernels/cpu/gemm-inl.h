@@ -33,9 +33,6 @@ constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 6
 // memory and arithmetic take turns. bench_linear, bf16 3072x1024 from DRAM, 1 thread, Zen 4, avx2 (8 rows = 8
 // passes): 8 rows 700-730 -> 550-560 us, 16 rows 1200-1220 -> 1020-1100 us; avx512 (2-4 passes) unchanged.
 constexpr int kPrefetchSteps = 16;
-// Parallelise only when the work is big enough to amortise the thread hand-off (~5 us): 1M multiply-adds is
-// 10-50 us on one core.
-constexpr int64_t kParallelMinMacs = 1 << 20;  // rows x out x in
 
 // Valid columns of panel p, given `cols` valid columns from the tile's first panel.
 inline int panel_cols(int cols, int p) { return std::clamp(cols - p * kW, 0, kW); }
@@ -164,14 +161,15 @@ inline int tile_rows(int rows_left, int tiles_left) { return (rows_left + tiles_
 // and panel subsets.
 template <typename W>
 void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int out_features, int k_steps,
-              ChunkPlan chunk, int step_elems, int64_t weight_elems, const Tiles<W>& tiles) {
+              ChunkPlan chunk, int step_elems, int in_features, const Tiles<W>& tiles) {
   const int x_per_step = step_elems / kGroupCols;  // x elements per k step: 2 (bf16 pairs) or 1 (f32)
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + tiles.max_rows - 1) / tiles.max_rows;
   const size_t group_elems = size_t(k_steps) * step_elems;
   const int step_bytes = step_elems * int(sizeof(W));  // one k step of a group: 256 bytes
   const int chunk_bytes = chunk.steps * step_bytes;
-  parallel_ranges(groups, weight_elems * rows >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
+  const bool threaded = gemm_worth_threads(rows, out_features, in_features, int(sizeof(W)));
+  parallel_ranges(groups, threaded, [&](int64_t g0, int64_t g1) {
     for (int g = int(g0); g < int(g1); ++g) {
       const int col0 = g * kGroupCols;
       const int cols = std::min(kGroupCols, out_features - col0);
@@ -286,7 +284,6 @@ constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                int in_features) {
   const int kp = gemm_k_padded_bf16(in_features);
-  const int64_t weights = int64_t(out_features) * in_features;
 #if TS_SIMD_WIDTH == 16
   const Tiles<uint16_t>& tiles = rows <= 5 ? kBf16Wide : kBf16Tall;
   const ChunkPlan chunks = kBf16Chunks;
@@ -296,13 +293,13 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
   const Tiles<uint16_t>& tiles = few_rows ? kBf16FewRows : kBf16;
   const ChunkPlan chunks = few_rows ? kBf16FewRowChunks : kBf16Chunks;
 #endif
-  run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, weights, tiles);
+  run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, in_features,
+                     tiles);
 }
 
 void gemm_f32(const float* x, const float* packed, float* y, int rows, int out_features, int in_features) {
-  const int64_t weights = int64_t(out_features) * in_features;
   run_gemm<float>(x, in_features, packed, y, rows, out_features, in_features, ChunkPlan{kChunkK, 1}, kGroupCols,
-                  weights, kF32);
+                  in_features, kF32);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

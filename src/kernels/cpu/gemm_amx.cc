@@ -36,7 +36,6 @@ constexpr int kPanelCols = 16;       // columns per C tile
 constexpr int kPanels = kGroupCols / kPanelCols;
 constexpr int kWeightRowBytes = kGroupCols * 2 * 2;  // one k pair of a group: 64 cols x (even, odd) bf16
 constexpr int kStepPairs = kTileRows;                // k pairs per step
-constexpr int64_t kParallelMinMacs = 1 << 20;
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -141,8 +140,7 @@ void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int row
   pb.a = a.data();
   const TileConfig config = make_config();
   pb.config = &config;
-  const int64_t macs = int64_t(out_features) * in_features * rows;
-  parallel_ranges(gemm_groups(out_features), macs >= kParallelMinMacs,
+  parallel_ranges(gemm_groups(out_features), gemm_worth_threads(rows, out_features, in_features, 2),
                   [&](int64_t g0, int64_t g1) { run_groups(pb, int(g0), int(g1)); });
 }
 

@@ -24,7 +24,6 @@ constexpr int kPanels = kGroupCols / kW;
 constexpr int kMaxTileRows = 6;
 constexpr int kChunkPairs = 256;
 constexpr int kPrefetchSteps = 16;
-constexpr int64_t kParallelMinMacs = 1 << 20;
 
 inline __mmask16 panel_mask(int cols, int p) { return avx512::tail(std::clamp(cols - p * kW, 0, kW)); }
 
@@ -84,8 +83,7 @@ void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int row
   const int groups = gemm_groups(out_features);
   const int n_tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
   const size_t group_elems = size_t(pairs) * kGroupCols * 2;
-  const int64_t macs = int64_t(out_features) * in_features * rows;
-  parallel_ranges(groups, macs >= kParallelMinMacs, [&](int64_t g0, int64_t g1) {
+  parallel_ranges(groups, gemm_worth_threads(rows, out_features, in_features, 2), [&](int64_t g0, int64_t g1) {
     for (int g = int(g0); g < int(g1); ++g) {
       const int col0 = g * kGroupCols;
       const int cols = std::min(kGroupCols, out_features - col0);

@@ -52,7 +52,7 @@ void pack_f32(const float* w_f32, int out_features, int in_features, float* pack
 void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features) {
   const int kp = gemm_k_padded_bf16(in_features);
-  const bool worth_it = int64_t(rows) * out_features * in_features >= (1 << 20);
+  const bool worth_it = gemm_worth_threads(rows, out_features, in_features, 2);
   parallel_ranges(out_features, worth_it, [&](int64_t o0, int64_t o1) {
     for (int o = int(o0); o < int(o1); ++o) {
       const uint16_t* wg = packed + size_t(o / kGroupCols) * kp * kGroupCols;
@@ -69,7 +69,7 @@ void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, 
 }
 
 void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features) {
-  const bool worth_it = int64_t(rows) * out_features * in_features >= (1 << 20);
+  const bool worth_it = gemm_worth_threads(rows, out_features, in_features, 4);
   parallel_ranges(out_features, worth_it, [&](int64_t o0, int64_t o1) {
     for (int o = int(o0); o < int(o1); ++o) {
       const float* wg = packed + size_t(o / kGroupCols) * in_features * kGroupCols;
