@@ -137,7 +137,7 @@ int bench_forward(int argc, char** argv) {
   app.add_option("--batches", batches, "batch sizes")->delimiter(',');
   app.add_option("--reps", reps, "timed repetitions per point (median reported)");
   app.add_option("--threads", threads, "CPU threads (0 = all)");
-  app.add_option("--prefill", prefill_tokens, "prompt tokens of the timed prefill");
+  app.add_option("--prefill", prefill_tokens, "prompt tokens of the timed prefill (0: skip it)");
   app.add_option("--isa", isa_list,
                  "kernel variants to measure side by side, comma-separated: scalar, avx2, avx512, avx512bf16 "
                  "(default: the active one, $TREESPARK_ISA or the best this CPU has)");
@@ -152,6 +152,17 @@ int bench_forward(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Every figure is relative to k = 1 (the ratios, the weight bandwidth, decode tokens/s), and the cost curve needs
+  // ascending token counts: measure k = 1 whatever was asked, each k once, in order.
+  for (int k : ks) TS_CHECK(k >= 1, "--k: token counts must be >= 1, got ", k);
+  for (int b : batches) TS_CHECK(b >= 1, "--batches: batch sizes must be >= 1, got ", b);
+  TS_CHECK(!batches.empty(), "--batches: give at least one batch size");
+  TS_CHECK(prefill_tokens >= 0, "--prefill: prompt tokens must be >= 0 (0 skips the prefill), got ", prefill_tokens);
+  ks.push_back(1);
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   std::vector<Isa> isas;
   for (size_t pos = 0; pos < isa_list.size();) {
     const size_t comma = std::min(isa_list.find(',', pos), isa_list.size());
@@ -208,7 +219,7 @@ int bench_forward(int argc, char** argv) {
     v.isa = isa;
     v.bandwidth_gbs = measure_read_bandwidth_gbs(size_t(1) << 30);
     v.cost = measure_cost_curve(*model, opt);
-    v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
+    if (prefill_tokens > 0) v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
     const spec::CostModel& cost = v.cost;
     std::printf("ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n", isa_name(isa), num_threads(),
                 v.bandwidth_gbs);
@@ -247,12 +258,16 @@ int bench_forward(int argc, char** argv) {
     const double k1 = v.cost.ms[0];
     const int i8 = k_index(8), i16 = k_index(16);
     const double k1_gbs = weight_gb / (k1 / 1e3);
-    const double prefill_tps = prefill_tokens / (v.prefill_ms / 1e3), decode_tps = 1e3 / k1;
-    std::printf("%-11s %9.1f %9.2f %9.1f %5.0f%% %8s %8s %12.1f %11.2f %7.1fx\n", isa_name(v.isa), v.bandwidth_gbs, k1,
+    const double prefill_tps = v.prefill_ms > 0 ? prefill_tokens / (v.prefill_ms / 1e3) : 0, decode_tps = 1e3 / k1;
+    char prefill[32] = "-", ratio[32] = "-";  // "-" where the prefill was skipped (--prefill 0)
+    if (prefill_tps > 0) {
+      std::snprintf(prefill, sizeof prefill, "%.1f", prefill_tps);
+      std::snprintf(ratio, sizeof ratio, "%.1fx", prefill_tps / decode_tps);
+    }
+    std::printf("%-11s %9.1f %9.2f %9.1f %5.0f%% %8s %8s %12s %11.2f %8s\n", isa_name(v.isa), v.bandwidth_gbs, k1,
                 k1_gbs, 100 * k1_gbs / v.bandwidth_gbs,
                 i8 >= 0 ? cat("x", int(v.cost.ms[i8] / k1 * 100) / 100.0).c_str() : "-",
-                i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill_tps, decode_tps,
-                prefill_tps / decode_tps);
+                i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill, decode_tps, ratio);
   }
   // The compute floor: what the GEMMs alone would cost at the variant's probed peak (one core's independent-chain
   // multiply-adds per ns, times the threads), against the measured k=1 step. A ratio goal below its floor cannot be

@@ -1,0 +1,30 @@
+#!/bin/bash
+# `treespark bench forward` end to end on a tiny random model: a lone --k still measures k = 1 (every figure is a
+# ratio to it), --prefill 0 skips the prefill, and bad counts fail with a message instead of after the measuring.
+#   forward_cli_test.sh <treespark binary>
+set -u
+bin="$1"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$bin" make-model --out "$dir/model" --dtype bf16 --vocab 256 --hidden 64 --intermediate 128 --layers 2 \
+  --heads 4 --kv-heads 2 --head-dim 16 > /dev/null 2>&1 || fail "make-model"
+
+"$bin" bench forward --model "$dir/model" --threads 1 --batches 1 --context 16 --k 4 --reps 1 --prefill 0 \
+  --json "$dir/out.json" > "$dir/stdout" 2> "$dir/stderr" || { cat "$dir/stderr"; fail "a lone --k 4 should run"; }
+grep -q '"k": 1,' "$dir/out.json" || fail "k = 1 missing from the JSON"
+grep -q '"k": 4,' "$dir/out.json" || fail "k = 4 missing from the JSON"
+# The side-by-side row: no prefill was timed, so its columns say "-", not 0.
+row="$(grep -E '^(avx2|avx512|avx512bf16|scalar) ' "$dir/stdout" | head -n 1)"
+[ -n "$row" ] || { cat "$dir/stdout"; fail "no side-by-side row"; }
+[ "$(echo "$row" | awk '{print $NF}')" = "-" ] || fail "pf/dec should be '-' with --prefill 0: $row"
+
+for bad in "--k 0" "--batches 0" "--prefill -1"; do
+  # shellcheck disable=SC2086
+  if "$bin" bench forward --model "$dir/model" --threads 1 --context 16 --reps 1 $bad > /dev/null 2> "$dir/err"; then
+    fail "bench forward $bad should fail"
+  fi
+  grep -q "must be >= " "$dir/err" || { cat "$dir/err"; fail "bench forward $bad: no clear message"; }
+done
+echo "bench forward CLI: ok"

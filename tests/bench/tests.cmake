@@ -1,0 +1,4 @@
+# The benchmarks' command lines end to end on a tiny model (what they measure is not asserted: timings are not tests).
+add_test(NAME bench.forward_cli
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/bench/forward_cli_test.sh $<TARGET_FILE:treespark>)
+set_tests_properties(bench.forward_cli PROPERTIES LABELS "bench;cli" TIMEOUT 300)
