@@ -5,7 +5,8 @@ add_executable(bench_linear ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_linear
 target_link_libraries(bench_linear PRIVATE ts_kernels)
 add_executable(bench_attention ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_attention.cc)
 target_link_libraries(bench_attention PRIVATE ts_kernels)
-# The avx2 GEMM tiles alone (includes gemm-inl.h itself, so it links only ts_core): build/<dir>/bench_gemm_tiles
+# The avx2 and avx512 GEMM tiles alone (includes gemm-inl.h itself, so it links only ts_core): build/<dir>/bench_gemm_tiles
 # [k pairs per call].
-add_executable(bench_gemm_tiles ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_gemm_tiles.cc)
+add_executable(bench_gemm_tiles ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_gemm_tiles.cc
+                                ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_gemm_tiles_avx512.cc)
 target_link_libraries(bench_gemm_tiles PRIVATE ts_core)
