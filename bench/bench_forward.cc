@@ -153,7 +153,8 @@ int bench_forward(int argc, char** argv) {
     return app.exit(e);
   }
   // Every figure is relative to k = 1 (the ratios, the weight bandwidth, decode tokens/s), and the cost curve needs
-  // ascending token counts: measure k = 1 whatever was asked, each k once, in order.
+  // two or more ascending token counts: measure k = 1 whatever was asked (and k = 2 if that was all), each k once,
+  // in order.
   for (int k : ks) TS_CHECK(k >= 1, "--k: token counts must be >= 1, got ", k);
   for (int b : batches) TS_CHECK(b >= 1, "--batches: batch sizes must be >= 1, got ", b);
   TS_CHECK(!batches.empty(), "--batches: give at least one batch size");
@@ -161,6 +162,7 @@ int bench_forward(int argc, char** argv) {
   ks.push_back(1);
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  if (ks.size() == 1) ks.push_back(2);  // a curve has two points at least (the cost model checks it)
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   std::vector<Isa> isas;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # `treespark bench forward` end to end on a tiny random model: a lone --k still measures k = 1 (every figure is a
-# ratio to it), --prefill 0 skips the prefill, and bad counts fail with a message instead of after the measuring.
+# ratio to it; k = 1 alone gets k = 2 beside it, a curve needs two points), --prefill 0 skips the prefill, and bad
+# counts fail with a message before any measuring.
 #   forward_cli_test.sh <treespark binary>
 set -u
 bin="$1"
@@ -19,6 +20,10 @@ grep -q '"k": 4,' "$dir/out.json" || fail "k = 4 missing from the JSON"
 row="$(grep -E '^(avx2|avx512|avx512bf16|scalar) ' "$dir/stdout" | head -n 1)"
 [ -n "$row" ] || { cat "$dir/stdout"; fail "no side-by-side row"; }
 [ "$(echo "$row" | awk '{print $NF}')" = "-" ] || fail "pf/dec should be '-' with --prefill 0: $row"
+
+"$bin" bench forward --model "$dir/model" --threads 1 --batches 1 --context 16 --k 1 --reps 1 --prefill 4 \
+  --json "$dir/one.json" > /dev/null 2> "$dir/stderr" || { cat "$dir/stderr"; fail "--k 1 alone should run"; }
+grep -q '"prefill_tokens": 4' "$dir/one.json" || fail "--prefill 4 not in the JSON"
 
 for bad in "--k 0" "--batches 0" "--prefill -1"; do
   # shellcheck disable=SC2086
