@@ -1,6 +1,7 @@
 // The kernels' thread pool: every task runs exactly once, on more than one thread when there are several; runs
 // from a task, from two threads at once, or after resizing fall back or keep working; an exception reaches the
-// caller; a busy machine does not make a run wait for a thread that never woke.
+// caller; a busy machine does not make a run wait for a thread that never woke. The kernels' range splits
+// (kernels/cpu/parallel.h) over the pool: every unit exactly once, in non-empty pieces.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/parallel.h"
 
 namespace ts {
 namespace {
@@ -106,6 +109,25 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRun) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin: the worker sleeps on the futex
   // 20 ms between runs: every run finds the worker asleep.
   EXPECT_EQ(threads_taking_part(8, std::chrono::milliseconds(20)), 2u) << "the sleeping worker never woke to help";
+}
+
+TEST(ParallelRanges, EveryUnitRunsExactlyOnceInContiguousPieces) {
+  RestoreThreads restore;
+  for (int threads : {2, 3, 5}) {
+    set_pool_threads(threads);
+    for (int64_t n : {2, 3, 7, 16, 17, 100, 1000, 100003}) {
+      for (int rep = 0; rep < 10; ++rep) {
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+        std::atomic<bool> bad_piece{false};
+        kernels::cpu::parallel_ranges(n, true, [&](int64_t begin, int64_t end) {
+          if (begin < 0 || begin >= end || end > n) bad_piece.store(true);
+          for (int64_t i = std::max<int64_t>(begin, 0); i < std::min(end, n); ++i) runs[size_t(i)].fetch_add(1);
+        });
+        ASSERT_FALSE(bad_piece.load()) << "an empty or out-of-range piece, n " << n << ", threads " << threads;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(runs[size_t(i)].load(), 1) << "unit " << i << " of " << n;
+      }
+    }
+  }
 }
 
 }  // namespace
