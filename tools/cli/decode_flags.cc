@@ -36,7 +36,8 @@ void DecodeFlags::add_spec(CLI::App& app) {
   app.add_option("--branch-cap", branch_cap, "max children per node")->check(CLI::PositiveNumber);
   app.add_option("--draft-len", draft_len, "chain length (default: block_size - 1)");
   app.add_flag("--adaptive-theta", adaptive,
-               "price each node with the target's cost curve L(b, k), measured at start-up (load-adaptive theta)");
+               "price each node with the target's cost curve L(b, k), measured at start-up and cached (load-adaptive "
+               "theta; generate's default in tree mode)");
   app.add_option("--load-batch", load_batch, "batch size the adaptive theta assumes (serving load)")
       ->check(CLI::PositiveNumber);
 }
