@@ -31,6 +31,7 @@ struct ArmSpec {
 struct ArmTotals {
   long rounds = 0, accepted = 0, generated = 0, nodes = 0;
   double decode_ms = 0, expand_ms = 0, round_ms = 0;
+  double predicted = 0;  // sum of the trees' calibrated survivals (RequestStats::predicted_draft_tokens)
   double accepted_per_round() const { return rounds ? double(accepted) / rounds : 0; }
   double tokens_per_round() const { return rounds ? double(accepted + rounds) / rounds : 0; }
   double ms_per_token() const { return generated ? decode_ms / generated : 0; }
@@ -114,7 +115,9 @@ int bench_spec(int argc, char** argv) {
 
   nlohmann::json out = nlohmann::json::array();
   for (float temperature : temperatures) {
-    Generator gen(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(temperature));
+    // The calibration fitted under this run's filter (sampled drafts are filtered like the target).
+    const spec::SamplingFilterKey filter{temperature > 0 ? top_k : 0, temperature > 0 ? double(top_p) : 1.0, 0.0};
+    Generator gen(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(temperature, filter));
     std::vector<ArmTotals> totals(arms.size());
     for (size_t p = 0; p < set.prompt_ids.size(); ++p) {
       for (size_t a = 0; a < arms.size(); ++a) {  // interleaved: every arm on this prompt before the next prompt
@@ -139,6 +142,7 @@ int bench_spec(int argc, char** argv) {
         ArmTotals& t = totals[a];
         t.rounds += r.stats.rounds;
         t.accepted += r.stats.accepted_draft_tokens;
+        t.predicted += r.stats.predicted_draft_tokens;
         t.generated += r.stats.generated_tokens;
         t.nodes += r.stats.tree_nodes;
         t.decode_ms += r.stats.total_ms - r.stats.prefill_ms;
@@ -158,20 +162,23 @@ int bench_spec(int argc, char** argv) {
     std::printf("\n%s, T = %.1f (top-k %d, top-p %.2f), %zu prompts x %d tokens; baseline = %s (best chain)\n",
                 prompts.c_str(), temperature, temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f,
                 set.prompt_ids.size(), max_tokens, arms[best_chain].name.c_str());
-    std::printf("%-12s %10s %10s %10s %10s %10s %10s %10s\n", "arm", "acc/round", "tok/round", "tree", "ms/token",
-                "acc x", "speed x", "build %");
+    std::printf("%-12s %10s %10s %10s %10s %10s %10s %10s %10s\n", "arm", "acc/round", "pred/round", "tok/round",
+                "tree", "ms/token", "acc x", "speed x", "build %");
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmTotals& t = totals[a];
       const double acc_ratio = chain.accepted_per_round() > 0 ? t.accepted_per_round() / chain.accepted_per_round() : 0;
       const double speed = t.ms_per_token() > 0 ? chain.ms_per_token() / t.ms_per_token() : 0;
       const double build_share = t.round_ms > 0 ? 100.0 * t.expand_ms / t.round_ms : 0;
-      std::printf("%-12s %10.3f %10.3f %10.1f %10.3f %10.3f %10.3f %10.2f\n", arms[a].name.c_str(),
-                  t.accepted_per_round(), t.tokens_per_round(), t.rounds ? double(t.nodes) / t.rounds : 0,
+      const double predicted_per_round = t.rounds ? t.predicted / t.rounds : 0;
+      std::printf("%-12s %10.3f %10.3f %10.3f %10.1f %10.3f %10.3f %10.3f %10.2f\n", arms[a].name.c_str(),
+                  t.accepted_per_round(), predicted_per_round, t.tokens_per_round(),
+                  t.rounds ? double(t.nodes) / t.rounds : 0,
                   t.ms_per_token(), acc_ratio, speed, build_share);
       out.push_back({{"prompts", prompts},
                      {"temperature", temperature},
                      {"arm", arms[a].name},
                      {"accepted_per_round", t.accepted_per_round()},
+                     {"predicted_per_round", predicted_per_round},
                      {"tokens_per_round", t.tokens_per_round()},
                      {"mean_tree_size", t.rounds ? double(t.nodes) / t.rounds : 0},
                      {"ms_per_token", t.ms_per_token()},

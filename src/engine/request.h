@@ -56,6 +56,10 @@ struct RequestStats {
   int generated_tokens = 0;
   int accepted_draft_tokens = 0;    // llama.cpp's draft_n_accepted
   long tree_nodes = 0;              // draft nodes over all rounds, root excluded (llama.cpp's draft_n)
+  // Sum over rounds of the trees' calibrated path survivals (root excluded): the draft tokens the calibration
+  // expected verification to accept. Beside accepted_draft_tokens it shows how well the calibration fits this
+  // pair and temperature (the survivals are what the tree policy prices nodes with).
+  double predicted_draft_tokens = 0;
   double queue_ms = 0;              // from add() to admission
   double ttft_ms = 0;               // from add() to the first generated token
   double prefill_ms = 0, draft_ms = 0, expand_ms = 0, verify_ms = 0, total_ms = 0;

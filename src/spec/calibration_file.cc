@@ -10,10 +10,25 @@
 
 namespace ts::spec {
 
-CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature) {
+namespace {
+
+// The filter as it matters for matching: none at temperature 0.
+SamplingFilterKey effective(double temperature, const SamplingFilterKey& filter) {
+  return temperature > 0 ? filter : SamplingFilterKey{};
+}
+
+}  // namespace
+
+bool SamplingFilterKey::same_as(const SamplingFilterKey& o) const {
+  return top_k == o.top_k && std::abs(top_p - o.top_p) < 1e-4 && std::abs(min_p - o.min_p) < 1e-4;
+}
+
+CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature,
+                                       const SamplingFilterKey& filter) {
   const Calibration fitted = fit_calibration(records);
   CalibrationEntry e;
   e.temperature = temperature;
+  e.filter = effective(temperature, filter);
   e.a = fitted.a;
   e.b = fitted.b;
   for (int k = 0; k < kRankBuckets; ++k) e.rank_offset[k] = fitted.rank_offset[k];
@@ -23,11 +38,22 @@ CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, d
   return e;
 }
 
-Calibration CalibrationTable::lookup(double temperature) const {
-  const CalibrationEntry* best = nullptr;
+const CalibrationEntry* CalibrationTable::find(double temperature, const SamplingFilterKey& filter) const {
+  const SamplingFilterKey wanted = effective(temperature, filter);
+  const auto closer = [&](const CalibrationEntry& e, const CalibrationEntry* than) {
+    return !than || std::abs(e.temperature - temperature) < std::abs(than->temperature - temperature);
+  };
+  const CalibrationEntry* same = nullptr;  // nearest temperature among the entries fitted under this filter
+  const CalibrationEntry* any = nullptr;   // nearest temperature among all
   for (const CalibrationEntry& e : entries) {  // sorted by temperature, so '<' keeps the lower one on ties
-    if (!best || std::abs(e.temperature - temperature) < std::abs(best->temperature - temperature)) best = &e;
+    if (e.filter.same_as(wanted) && closer(e, same)) same = &e;
+    if (closer(e, any)) any = &e;
   }
+  return same ? same : any;
+}
+
+Calibration CalibrationTable::lookup(double temperature, const SamplingFilterKey& filter) const {
+  const CalibrationEntry* best = find(temperature, filter);
   if (!best) return Calibration{};
   Calibration c;
   c.a = best->a;
@@ -38,7 +64,7 @@ Calibration CalibrationTable::lookup(double temperature) const {
 
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
   for (CalibrationEntry& e : entries) {
-    if (e.temperature == entry.temperature) {
+    if (e.temperature == entry.temperature && e.filter.same_as(entry.filter)) {
       e = entry;
       return;
     }
@@ -52,6 +78,9 @@ std::string calibration_table_to_json(const CalibrationTable& table) {
   nlohmann::json entries = nlohmann::json::array();
   for (const CalibrationEntry& e : table.entries) {
     entries.push_back({{"temperature", e.temperature},
+                       {"top_k", e.filter.top_k},
+                       {"top_p", e.filter.top_p},
+                       {"min_p", e.filter.min_p},
                        {"a", e.a},
                        {"b", e.b},
                        {"rank_offsets", std::vector<double>(e.rank_offset + 1, e.rank_offset + kRankBuckets)},
@@ -105,6 +134,19 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
       }
     }
     TS_CHECK(e.temperature >= 0, "calibration: entries[", i, "].temperature must be >= 0, got ", e.temperature);
+    if (j.contains("top_k")) {
+      const double k = number_field(j, "top_k", i);
+      TS_CHECK(k >= 0 && k == std::floor(k) && k < 1e9, "calibration: entries[", i,
+               "].top_k must be a whole number >= 0, got ", k);
+      e.filter.top_k = int(k);
+    }
+    if (j.contains("top_p")) e.filter.top_p = number_field(j, "top_p", i);
+    if (j.contains("min_p")) e.filter.min_p = number_field(j, "min_p", i);
+    TS_CHECK(e.filter.top_p > 0 && e.filter.top_p <= 1, "calibration: entries[", i, "].top_p must be in (0, 1], got ",
+             e.filter.top_p);
+    TS_CHECK(e.filter.min_p >= 0 && e.filter.min_p <= 1, "calibration: entries[", i,
+             "].min_p must be in [0, 1], got ", e.filter.min_p);
+    e.filter = effective(e.temperature, e.filter);
     TS_CHECK(e.a > 0, "calibration: entries[", i, "].a must be > 0 (p_hat increasing in q), got ", e.a);
     // Statistics are informative only: absent means unknown (0).
     if (j.contains("edges")) e.edges = static_cast<int64_t>(number_field(j, "edges", i));

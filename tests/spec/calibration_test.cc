@@ -98,13 +98,21 @@ TEST(Calibration, OneSidedLabelsStayFiniteAndIncreasing) {
   EXPECT_GE(fit_calibration(anti).a, 1e-3);
 }
 
+CalibrationEntry make_entry(double temperature, double a, double b, int64_t edges = 0, double ece_before = 0,
+                            double ece_after = 0, SamplingFilterKey filter = {}) {
+  CalibrationEntry e;
+  e.temperature = temperature, e.a = a, e.b = b, e.edges = edges, e.ece_before = ece_before, e.ece_after = ece_after;
+  e.filter = filter;
+  return e;
+}
+
 TEST(CalibrationFile, RoundTripLookupAndDefaults) {
   const std::vector<EdgeRecord> records = synthetic_records(1.5, -0.3, 5000, 8);
   CalibrationTable table;
   table.upsert(fit_calibration_entry(records, 1.0));
-  table.upsert(CalibrationEntry{0.0, 2.0, 0.5, 100, 0.2, 0.05});
-  table.upsert(CalibrationEntry{0.7, 1.1, 0.1, 10, 0.1, 0.01});
-  table.upsert(CalibrationEntry{0.7, 1.2, 0.2, 20, 0.1, 0.01});  // replaces the previous 0.7
+  table.upsert(make_entry(0.0, 2.0, 0.5, 100, 0.2, 0.05));
+  table.upsert(make_entry(0.7, 1.1, 0.1, 10, 0.1, 0.01));
+  table.upsert(make_entry(0.7, 1.2, 0.2, 20, 0.1, 0.01));  // replaces the previous 0.7
   ASSERT_EQ(table.entries.size(), 3u);
   EXPECT_EQ(table.entries[1].a, 1.2);
   EXPECT_EQ(table.entries[2].edges, 5000);
@@ -133,6 +141,48 @@ TEST(CalibrationFile, RoundTripLookupAndDefaults) {
   EXPECT_TRUE(none.entries.empty());
   EXPECT_EQ(none.lookup(1.0).a, 1);
   EXPECT_EQ(none.lookup(1.0).b, 0);
+}
+
+// Entries are keyed by temperature and sampling filter: a sampled request gets the entry fitted under its own
+// top-k / top-p / min-p when there is one, else the nearest temperature as before; greedy ignores filters.
+TEST(CalibrationFile, LookupPrefersTheRequestsFilter) {
+  CalibrationTable table;
+  const CalibrationEntry greedy = make_entry(0.0, 3.0, 0.0);
+  const CalibrationEntry filtered = make_entry(1.0, 0.2, 0.6, 0, 0, 0, {20, 0.9, 0.0});
+  const CalibrationEntry unfiltered = make_entry(1.0, 0.5, 1.0);
+  const CalibrationEntry warm = make_entry(0.7, 0.25, 0.5, 0, 0, 0, {20, 0.9, 0.0});
+  for (const CalibrationEntry& e : {greedy, filtered, unfiltered, warm}) table.upsert(e);
+  ASSERT_EQ(table.entries.size(), 4u);  // the two T = 1 entries differ by filter: both kept
+  CalibrationEntry refit = unfiltered;
+  refit.a = 0.55;
+  table.upsert(refit);  // same temperature and filter: replaces
+  ASSERT_EQ(table.entries.size(), 4u);
+
+  const std::string path = std::string(TS_BINARY_DIR) + "/calibration_filter_test.json";
+  write_calibration_table(path, table);
+  const CalibrationTable back = read_calibration_table(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(back.entries.size(), 4u);
+  EXPECT_EQ(back.lookup(1.0).a, 0.55);                    // unfiltered request: the unfiltered entry
+  EXPECT_EQ(back.lookup(1.0, {20, 0.9f, 0.0f}).a, 0.2);   // float 0.9 from a request matches 0.9 in JSON
+  EXPECT_EQ(back.lookup(0.8, {20, 0.9f, 0.0f}).a, 0.25);  // same filter, nearest temperature
+  EXPECT_EQ(back.lookup(0.8).a, 0.55);                    // unfiltered: nearest among unfiltered (greedy included)
+  EXPECT_EQ(back.lookup(0.8, {40, 0.95, 0.0}).a, 0.25);   // no entry with this filter: nearest temperature overall
+  EXPECT_EQ(back.lookup(0.0, {20, 0.9, 0.0}).a, 3.0);     // greedy: the filter does not matter
+  EXPECT_EQ(back.lookup(0.2).a, 3.0);
+
+  // Older files carry no filter fields: unfiltered. Bad filter values are rejected with the field named.
+  const CalibrationTable old = calibration_table_from_json(
+      R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1}]})");
+  ASSERT_EQ(old.entries.size(), 1u);
+  EXPECT_EQ(old.entries[0].filter.top_k, 0);
+  EXPECT_EQ(old.entries[0].filter.top_p, 1.0);
+  EXPECT_THROW(calibration_table_from_json(
+                   R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1, "top_p": 0}]})"),
+               Error);
+  EXPECT_THROW(calibration_table_from_json(
+                   R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1, "top_k": 2.5}]})"),
+               Error);
 }
 
 TEST(CalibrationFile, MalformedInputThrows) {

@@ -59,16 +59,18 @@ int cmd_calibrate(int argc, char** argv) {
   };
   std::vector<spec::EdgeRecord> edges = collect(set, flags.seed);
   TS_CHECK(!edges.empty(), "no verification edges were collected");
-  spec::CalibrationEntry entry = spec::fit_calibration_entry(edges, flags.temperature);
+  spec::CalibrationEntry entry =
+      spec::fit_calibration_entry(edges, flags.temperature, {flags.top_k, flags.top_p, flags.min_p});
   spec::CalibrationTable table = spec::read_calibration_table(out);
   table.upsert(entry);
   spec::write_calibration_table(out, table);
-  std::printf("temperature %.3g: a = %.4f, b = %.4f from %lld edges; ECE %.4f before, %.4f after -> %s\n",
-              entry.temperature, entry.a, entry.b, (long long)entry.edges, entry.ece_before, entry.ece_after,
-              out.c_str());
+  std::printf("temperature %.3g (top-k %d, top-p %.3g, min-p %.3g): a = %.4f, b = %.4f from %lld edges; ECE %.4f "
+              "before, %.4f after -> %s\n",
+              entry.temperature, entry.filter.top_k, entry.filter.top_p, entry.filter.min_p, entry.a, entry.b,
+              (long long)entry.edges, entry.ece_before, entry.ece_after, out.c_str());
   {
     // Reliability by depth and sibling rank: what the fit can and cannot express (it has no depth term).
-    const spec::Calibration fitted = table.lookup(entry.temperature);
+    const spec::Calibration fitted = table.lookup(entry.temperature, entry.filter);
     std::map<std::pair<int, int>, std::array<double, 3>> cells;  // (depth, rank bucket) -> {n, labels, p_hat}
     for (const spec::EdgeRecord& e : edges) {
       auto& c = cells[{e.depth, spec::rank_bucket(e.sibling_rank)}];
@@ -86,7 +88,7 @@ int cmd_calibrate(int argc, char** argv) {
       held.insert(held.end(), e.begin(), e.end());
     }
     TS_CHECK(!held.empty(), "no verification edges were collected on the held-out prompts");
-    spec::Calibration fitted = table.lookup(entry.temperature);
+    spec::Calibration fitted = table.lookup(entry.temperature, entry.filter);
     std::printf("held-out (%zu prompt sets, %zu edges, not fitted): ECE %.4f before, %.4f after\n", holdout.size(),
                 held.size(), spec::expected_calibration_error(held, spec::Calibration{}),
                 spec::expected_calibration_error(held, fitted));

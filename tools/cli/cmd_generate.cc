@@ -25,6 +25,7 @@ nlohmann::json stats_json(const GenerationResult& r) {
   j["target_forwards"] = s.target_forwards;
   j["generated_tokens"] = s.generated_tokens;
   j["accepted_draft_tokens"] = s.accepted_draft_tokens;
+  j["predicted_draft_tokens"] = s.predicted_draft_tokens;
   j["tokens_per_round"] = s.tokens_per_round();
   j["mean_tree_size"] = s.mean_tree_size();
   j["prefill_ms"] = s.prefill_ms;
@@ -144,7 +145,7 @@ int cmd_generate(int argc, char** argv) {
     opt.tree.batch = flags.load_batch;
   }
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
-  Generator generator(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(flags.temperature));
+  Generator generator(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
 
   for (int i = 0; i < n; ++i) {
     opt.sampling.seed = flags.seed + uint64_t(i);
