@@ -30,7 +30,12 @@ struct Pool {
   // The current run's job, written before its generation is published (release) and read after a claim.
   std::atomic<TaskFn> task{nullptr};
   std::atomic<const void*> ctx{nullptr};
-  std::atomic<int64_t> n{0};
+  // (generation << 32) | the run's task count, written before its generation is published. A claim checks that
+  // the count it compares against is its own run's: a worker that finished the last task of a run and was
+  // descheduled before looking again could otherwise read the NEXT run's count (the caller, seeing the run done,
+  // may already be setting up the next one) beside the old run's exhausted index, claim a task past the old
+  // run's end and run the next run's task function early, outside that run's accounting.
+  std::atomic<uint64_t> gen_n{0};
   std::atomic<int64_t> done{0};  // tasks of the current run finished
   std::atomic<bool> failed{false};
   std::exception_ptr error;  // the first exception a task threw (guarded by `failed`)
@@ -57,7 +62,8 @@ void work(Pool& p, uint32_t gen) {
     uint64_t s = p.state.load(std::memory_order_acquire);
     if (generation(s) != gen) return;
     const int64_t i = int64_t(s & 0xffffffffu);
-    if (i >= p.n.load(std::memory_order_relaxed)) return;
+    const uint64_t gn = p.gen_n.load(std::memory_order_acquire);
+    if (generation(gn) != gen || i >= int64_t(gn & 0xffffffffu)) return;
     if (!p.state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
     // Claimed task i of `gen`: that run cannot finish before this task does, so task/ctx are still its own.
     try {
@@ -102,8 +108,9 @@ void resize_locked(Pool& p, int threads) {
   if (int(p.workers.size()) == threads - 1) return;
   if (!p.workers.empty()) {
     p.stop.store(true, std::memory_order_relaxed);
-    p.n.store(0, std::memory_order_relaxed);  // nothing to claim in the waking generation
-    p.state.fetch_add(uint64_t(1) << 32, std::memory_order_release);  // a generation with no tasks wakes them
+    const uint32_t wake = generation(p.state.load(std::memory_order_relaxed)) + 1;
+    p.gen_n.store(uint64_t(wake) << 32, std::memory_order_relaxed);  // nothing to claim in the waking generation
+    p.state.store(uint64_t(wake) << 32, std::memory_order_release);  // a generation with no tasks wakes them
     p.state.notify_all();
     for (std::thread& t : p.workers) t.join();
     p.workers.clear();
@@ -143,7 +150,7 @@ void pool_run(int64_t n, TaskFn task, const void* ctx) {
   const auto alone = [&] {
     for (int64_t i = 0; i < n; ++i) task(ctx, i);
   };
-  if (n < 2 || t_in_task || pool_threads() < 2) return alone();
+  if (n < 2 || n >= (int64_t(1) << 32) || t_in_task || pool_threads() < 2) return alone();
   Pool& p = pool();
   std::unique_lock<std::mutex> run_lock(p.run_mutex, std::try_to_lock);
   if (!run_lock.owns_lock()) return alone();
@@ -153,11 +160,11 @@ void pool_run(int64_t n, TaskFn task, const void* ctx) {
   }
   p.task.store(task, std::memory_order_relaxed);
   p.ctx.store(ctx, std::memory_order_relaxed);
-  p.n.store(n, std::memory_order_relaxed);
+  const uint32_t gen = generation(p.state.load(std::memory_order_relaxed)) + 1;
+  p.gen_n.store((uint64_t(gen) << 32) | uint64_t(n), std::memory_order_relaxed);
   p.done.store(0, std::memory_order_relaxed);
   p.failed.store(false, std::memory_order_relaxed);
   p.error = nullptr;
-  const uint32_t gen = generation(p.state.load(std::memory_order_relaxed)) + 1;
   p.state.store(uint64_t(gen) << 32, std::memory_order_release);
   p.state.notify_all();
   t_in_task = true;

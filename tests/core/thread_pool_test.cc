@@ -111,6 +111,25 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRun) {
   EXPECT_EQ(threads_taking_part(8, std::chrono::milliseconds(20)), 2u) << "the sleeping worker never woke to help";
 }
 
+// Runs of growing and shrinking sizes back to back: every task of every run runs exactly once and no run returns
+// before all of its tasks did. A stress guard, not a proof: the race fixed on 2026-12-02 (a worker that finished a
+// run's last task could read the next run's task count beside the old run's exhausted index and claim past it)
+// needs that worker descheduled between two instructions, and 30 runs of this test beside a busy core did not
+// hit it in the old code either; the fix rests on the claim checking its count's generation (thread_pool.cc).
+TEST(ThreadPool, BackToBackRunsOfDifferentSizesNeverMix) {
+  RestoreThreads restore;
+  set_pool_threads(2);
+  std::vector<std::atomic<int>> runs(8);
+  for (int rep = 0; rep < 100000; ++rep) {
+    const int64_t n = 1 + (rep * 5) % 7;  // 1..7, up and down
+    for (auto& r : runs) r.store(0, std::memory_order_relaxed);
+    pool_run(n, [&](int64_t i) { runs[size_t(i)].fetch_add(1, std::memory_order_relaxed); });
+    for (int64_t i = 0; i < 8; ++i)
+      ASSERT_EQ(runs[size_t(i)].load(std::memory_order_relaxed), i < n ? 1 : 0) << "run " << rep << " of " << n
+                                                                               << " tasks, task " << i;
+  }
+}
+
 TEST(ParallelRanges, EveryUnitRunsExactlyOnceInContiguousPieces) {
   RestoreThreads restore;
   for (int threads : {2, 3, 5}) {
