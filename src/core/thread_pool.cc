@@ -75,9 +75,11 @@ void work(Pool& p, uint32_t gen) {
   }
 }
 
-void worker_main(Pool* p) {
+// `seen`: the generation when the worker was created. Reading it here instead let a worker that started after
+// the caller had published the run it was created for (pool_run starts workers just before publishing) wait for
+// the next run: the first run after a start or a resize ran on the caller alone.
+void worker_main(Pool* p, uint32_t seen) {
   t_in_task = true;
-  uint32_t seen = generation(p->state.load(std::memory_order_acquire));
   for (;;) {
     uint64_t s = p->state.load(std::memory_order_acquire);
     for (int spins = 0; generation(s) == seen; s = p->state.load(std::memory_order_acquire)) {
@@ -116,7 +118,8 @@ void resize_locked(Pool& p, int threads) {
     p.workers.clear();
     p.stop.store(false, std::memory_order_relaxed);
   }
-  for (int i = 0; i < threads - 1; ++i) p.workers.emplace_back(worker_main, &p);
+  const uint32_t now = generation(p.state.load(std::memory_order_acquire));
+  for (int i = 0; i < threads - 1; ++i) p.workers.emplace_back(worker_main, &p, now);
 }
 
 }  // namespace

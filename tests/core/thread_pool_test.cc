@@ -111,6 +111,37 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRun) {
   EXPECT_EQ(threads_taking_part(8, std::chrono::milliseconds(20)), 2u) << "the sleeping worker never woke to help";
 }
 
+// The first run after the workers start (here: after a resize) has them: task 0 waits until task 1 has started on
+// another thread. A worker that read the generation when it started, after the run was published, used to wait
+// for the next run, and this run then stalled until the 10 s deadline.
+TEST(ThreadPool, TheFirstRunAfterStartingWorkersHasThem) {
+  RestoreThreads restore;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    set_pool_threads(1);  // stops the workers
+    set_pool_threads(2);  // started by the next run, just before it is published
+    std::atomic<int> started_elsewhere{0};
+    bool waited_out = false;
+    std::mutex m;
+    std::thread::id ran_0;
+    pool_run(2, [&](int64_t i) {
+      if (i == 1) {
+        std::lock_guard<std::mutex> lock(m);
+        if (std::this_thread::get_id() != ran_0) started_elsewhere.store(1);
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(m);
+        ran_0 = std::this_thread::get_id();
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started_elsewhere.load() == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      waited_out = started_elsewhere.load() == 0;
+    });
+    ASSERT_FALSE(waited_out) << "attempt " << attempt << ": the new worker missed the first run";
+  }
+}
+
 // Runs of growing and shrinking sizes back to back: every task of every run runs exactly once and no run returns
 // before all of its tasks did. A stress guard, not a proof: the race fixed on 2026-12-02 (a worker that finished a
 // run's last task could read the next run's task count beside the old run's exhausted index and claim past it)
