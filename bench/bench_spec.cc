@@ -116,7 +116,7 @@ int bench_spec(int argc, char** argv) {
   nlohmann::json out = nlohmann::json::array();
   for (float temperature : temperatures) {
     // The calibration fitted under this run's filter (sampled drafts are filtered like the target).
-    const spec::SamplingFilterKey filter{temperature > 0 ? top_k : 0, temperature > 0 ? double(top_p) : 1.0, 0.0};
+    const spec::DraftFilter filter{temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f, 0.0f};
     Generator gen(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(temperature, filter));
     std::vector<ArmTotals> totals(arms.size());
     for (size_t p = 0; p < set.prompt_ids.size(); ++p) {

@@ -13,18 +13,21 @@ namespace ts::spec {
 namespace {
 
 // The filter as it matters for matching: none at temperature 0.
-SamplingFilterKey effective(double temperature, const SamplingFilterKey& filter) {
-  return temperature > 0 ? filter : SamplingFilterKey{};
+DraftFilter effective(double temperature, const DraftFilter& filter) {
+  return temperature > 0 ? filter : DraftFilter{};
 }
+
+// JSON keeps the filter's values as written (0.9, not 0.8999999761581421 from the float).
+double shortest(float v) { return std::round(double(v) * 1e6) / 1e6; }
 
 }  // namespace
 
-bool SamplingFilterKey::same_as(const SamplingFilterKey& o) const {
-  return top_k == o.top_k && std::abs(top_p - o.top_p) < 1e-4 && std::abs(min_p - o.min_p) < 1e-4;
+bool same_filter(const DraftFilter& x, const DraftFilter& y) {
+  return x.top_k == y.top_k && std::abs(x.top_p - y.top_p) < 1e-4f && std::abs(x.min_p - y.min_p) < 1e-4f;
 }
 
 CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature,
-                                       const SamplingFilterKey& filter) {
+                                       const DraftFilter& filter) {
   const Calibration fitted = fit_calibration(records);
   CalibrationEntry e;
   e.temperature = temperature;
@@ -38,21 +41,21 @@ CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, d
   return e;
 }
 
-const CalibrationEntry* CalibrationTable::find(double temperature, const SamplingFilterKey& filter) const {
-  const SamplingFilterKey wanted = effective(temperature, filter);
+const CalibrationEntry* CalibrationTable::find(double temperature, const DraftFilter& filter) const {
+  const DraftFilter wanted = effective(temperature, filter);
   const auto closer = [&](const CalibrationEntry& e, const CalibrationEntry* than) {
     return !than || std::abs(e.temperature - temperature) < std::abs(than->temperature - temperature);
   };
   const CalibrationEntry* same = nullptr;  // nearest temperature among the entries fitted under this filter
   const CalibrationEntry* any = nullptr;   // nearest temperature among all
   for (const CalibrationEntry& e : entries) {  // sorted by temperature, so '<' keeps the lower one on ties
-    if (e.filter.same_as(wanted) && closer(e, same)) same = &e;
+    if (same_filter(e.filter, wanted) && closer(e, same)) same = &e;
     if (closer(e, any)) any = &e;
   }
   return same ? same : any;
 }
 
-Calibration CalibrationTable::lookup(double temperature, const SamplingFilterKey& filter) const {
+Calibration CalibrationTable::lookup(double temperature, const DraftFilter& filter) const {
   const CalibrationEntry* best = find(temperature, filter);
   if (!best) return Calibration{};
   Calibration c;
@@ -64,7 +67,7 @@ Calibration CalibrationTable::lookup(double temperature, const SamplingFilterKey
 
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
   for (CalibrationEntry& e : entries) {
-    if (e.temperature == entry.temperature && e.filter.same_as(entry.filter)) {
+    if (e.temperature == entry.temperature && same_filter(e.filter, entry.filter)) {
       e = entry;
       return;
     }
@@ -79,8 +82,8 @@ std::string calibration_table_to_json(const CalibrationTable& table) {
   for (const CalibrationEntry& e : table.entries) {
     entries.push_back({{"temperature", e.temperature},
                        {"top_k", e.filter.top_k},
-                       {"top_p", e.filter.top_p},
-                       {"min_p", e.filter.min_p},
+                       {"top_p", shortest(e.filter.top_p)},
+                       {"min_p", shortest(e.filter.min_p)},
                        {"a", e.a},
                        {"b", e.b},
                        {"rank_offsets", std::vector<double>(e.rank_offset + 1, e.rank_offset + kRankBuckets)},
@@ -140,8 +143,8 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
                "].top_k must be a whole number >= 0, got ", k);
       e.filter.top_k = int(k);
     }
-    if (j.contains("top_p")) e.filter.top_p = number_field(j, "top_p", i);
-    if (j.contains("min_p")) e.filter.min_p = number_field(j, "min_p", i);
+    if (j.contains("top_p")) e.filter.top_p = float(number_field(j, "top_p", i));
+    if (j.contains("min_p")) e.filter.min_p = float(number_field(j, "min_p", i));
     TS_CHECK(e.filter.top_p > 0 && e.filter.top_p <= 1, "calibration: entries[", i, "].top_p must be in (0, 1], got ",
              e.filter.top_p);
     TS_CHECK(e.filter.min_p >= 0 && e.filter.min_p <= 1, "calibration: entries[", i,

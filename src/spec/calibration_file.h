@@ -14,18 +14,14 @@
 #include <vector>
 
 #include "spec/calibration.h"
+#include "spec/draft_source.h"
 
 namespace ts::spec {
 
 inline constexpr const char* kCalibrationFileName = "treespark_calibration.json";
 
-// The sampling filter an entry was fitted under and a request runs with; normalised() clears it at temperature 0.
-struct SamplingFilterKey {
-  int top_k = 0;       // 0 = off
-  double top_p = 1;    // 1 = off
-  double min_p = 0;    // 0 = off
-  bool same_as(const SamplingFilterKey& o) const;  // top-p and min-p within 1e-4 (JSON doubles against floats)
-};
+// Whether two draft filters are the same for calibration: top-k equal, top-p and min-p within 1e-4.
+bool same_filter(const DraftFilter& x, const DraftFilter& y);
 
 struct CalibrationEntry {
   double temperature = 0;
@@ -33,12 +29,12 @@ struct CalibrationEntry {
   double rank_offset[kRankBuckets] = {0, 0, 0, 0};  // JSON "rank_offsets": [offset of rank 1, 2, >= 3]
   int64_t edges = 0;
   double ece_before = 0, ece_after = 0;
-  SamplingFilterKey filter;  // what the labels were collected under (unfiltered, and always so at temperature 0)
+  DraftFilter filter;  // what the labels were collected under (unfiltered, and always so at temperature 0)
 };
 
 // Fits (a, b) on records and fills edges and the ECE before/after.
 CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature,
-                                       const SamplingFilterKey& filter = {});
+                                       const DraftFilter& filter = {});
 
 struct CalibrationTable {
   std::vector<CalibrationEntry> entries;
@@ -49,8 +45,8 @@ struct CalibrationTable {
   // Why the filter counts: on the shipped pair an entry fitted at T = 1 with top-k 20, top-p 0.9 predicted half
   // the draft tokens that unfiltered T = 1 rounds then accepted (0.68 against 1.33 per round for a 3-node chain),
   // so the cost-priced trees stayed at ~2 nodes and ran 0.88-0.92x the chain.
-  Calibration lookup(double temperature, const SamplingFilterKey& filter = {}) const;
-  const CalibrationEntry* find(double temperature, const SamplingFilterKey& filter = {}) const;  // lookup's entry
+  Calibration lookup(double temperature, const DraftFilter& filter = {}) const;
+  const CalibrationEntry* find(double temperature, const DraftFilter& filter = {}) const;  // lookup's entry
   // Replaces the entry with exactly this temperature and filter, or adds it; entries stay sorted by temperature.
   void upsert(const CalibrationEntry& entry);
 };

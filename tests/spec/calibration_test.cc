@@ -99,7 +99,7 @@ TEST(Calibration, OneSidedLabelsStayFiniteAndIncreasing) {
 }
 
 CalibrationEntry make_entry(double temperature, double a, double b, int64_t edges = 0, double ece_before = 0,
-                            double ece_after = 0, SamplingFilterKey filter = {}) {
+                            double ece_after = 0, DraftFilter filter = {}) {
   CalibrationEntry e;
   e.temperature = temperature, e.a = a, e.b = b, e.edges = edges, e.ece_before = ece_before, e.ece_after = ece_after;
   e.filter = filter;
@@ -148,9 +148,9 @@ TEST(CalibrationFile, RoundTripLookupAndDefaults) {
 TEST(CalibrationFile, LookupPrefersTheRequestsFilter) {
   CalibrationTable table;
   const CalibrationEntry greedy = make_entry(0.0, 3.0, 0.0);
-  const CalibrationEntry filtered = make_entry(1.0, 0.2, 0.6, 0, 0, 0, {20, 0.9, 0.0});
+  const CalibrationEntry filtered = make_entry(1.0, 0.2, 0.6, 0, 0, 0, {20, 0.9f, 0.0f});
   const CalibrationEntry unfiltered = make_entry(1.0, 0.5, 1.0);
-  const CalibrationEntry warm = make_entry(0.7, 0.25, 0.5, 0, 0, 0, {20, 0.9, 0.0});
+  const CalibrationEntry warm = make_entry(0.7, 0.25, 0.5, 0, 0, 0, {20, 0.9f, 0.0f});
   for (const CalibrationEntry& e : {greedy, filtered, unfiltered, warm}) table.upsert(e);
   ASSERT_EQ(table.entries.size(), 4u);  // the two T = 1 entries differ by filter: both kept
   CalibrationEntry refit = unfiltered;
@@ -167,8 +167,8 @@ TEST(CalibrationFile, LookupPrefersTheRequestsFilter) {
   EXPECT_EQ(back.lookup(1.0, {20, 0.9f, 0.0f}).a, 0.2);   // float 0.9 from a request matches 0.9 in JSON
   EXPECT_EQ(back.lookup(0.8, {20, 0.9f, 0.0f}).a, 0.25);  // same filter, nearest temperature
   EXPECT_EQ(back.lookup(0.8).a, 0.55);                    // unfiltered: nearest among unfiltered (greedy included)
-  EXPECT_EQ(back.lookup(0.8, {40, 0.95, 0.0}).a, 0.25);   // no entry with this filter: nearest temperature overall
-  EXPECT_EQ(back.lookup(0.0, {20, 0.9, 0.0}).a, 3.0);     // greedy: the filter does not matter
+  EXPECT_EQ(back.lookup(0.8, {40, 0.95f, 0.0f}).a, 0.25);   // no entry with this filter: nearest temperature overall
+  EXPECT_EQ(back.lookup(0.0, {20, 0.9f, 0.0f}).a, 3.0);     // greedy: the filter does not matter
   EXPECT_EQ(back.lookup(0.2).a, 3.0);
 
   // Older files carry no filter fields: unfiltered. Bad filter values are rejected with the field named.
@@ -176,7 +176,7 @@ TEST(CalibrationFile, LookupPrefersTheRequestsFilter) {
       R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1}]})");
   ASSERT_EQ(old.entries.size(), 1u);
   EXPECT_EQ(old.entries[0].filter.top_k, 0);
-  EXPECT_EQ(old.entries[0].filter.top_p, 1.0);
+  EXPECT_EQ(old.entries[0].filter.top_p, 1.0f);
   EXPECT_THROW(calibration_table_from_json(
                    R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1, "top_p": 0}]})"),
                Error);
