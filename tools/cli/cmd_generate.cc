@@ -145,7 +145,8 @@ int cmd_generate(int argc, char** argv) {
     opt.tree.batch = flags.load_batch;
   }
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
-  Generator generator(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
+  Generator generator(*bundle.target, bundle.drafter.get(),
+                      bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
 
   for (int i = 0; i < n; ++i) {
     opt.sampling.seed = flags.seed + uint64_t(i);
@@ -174,7 +175,8 @@ int cmd_generate(int argc, char** argv) {
       j["ids"] = r.ids;
       j["prompt_tokens"] = ids.size();
       j["mode"] = flags.mode;
-      if (opt.mode == DecodeMode::Tree) j["theta"] = adaptive ? nlohmann::json("adaptive") : nlohmann::json(opt.tree.theta);
+      if (opt.mode == DecodeMode::Tree)
+        j["theta"] = adaptive ? nlohmann::json("adaptive") : nlohmann::json(opt.tree.theta);
       j["priority"] = flags.priority;
       if (!fallback.empty()) j["fallback"] = fallback;
       j["sampling"] = flags.sampling_json();  // each value and where it came from (flag, generation_config.json, default)
