@@ -139,7 +139,7 @@ int bench_forward(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (0 = all)");
   app.add_option("--prefill", prefill_tokens, "prompt tokens of the timed prefill (0: skip it)");
   app.add_option("--isa", isa_list,
-                 "kernel variants to measure side by side, comma-separated: scalar, avx2, avx512, avx512bf16 "
+                 "kernel variants to measure side by side, comma-separated: scalar, avx2, avx512, avx512bf16, amx "
                  "(default: the active one, $TREESPARK_ISA or the best this CPU has)");
   app.add_option("--drafter", drafter_dir,
                  "also time this drafter's round pieces (block forward per batch, context extension) against the "

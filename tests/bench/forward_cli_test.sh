@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -q '"k": 1,' "$dir/out.json" || fail "k = 1 missing from the JSON"
 grep -q '"k": 4,' "$dir/out.json" || fail "k = 4 missing from the JSON"
 # The side-by-side row: no prefill was timed, so its columns say "-", not 0.
-row="$(grep -E '^(avx2|avx512|avx512bf16|scalar) ' "$dir/stdout" | head -n 1)"
+row="$(grep -E '^(scalar|avx2|avx512|avx512bf16|amx) ' "$dir/stdout" | head -n 1)"
 [ -n "$row" ] || { cat "$dir/stdout"; fail "no side-by-side row"; }
 [ "$(echo "$row" | awk '{print $NF}')" = "-" ] || fail "pf/dec should be '-' with --prefill 0: $row"
 
