@@ -145,8 +145,12 @@ void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int row
   pb.row_blocks = (rows + kTileRows - 1) / kTileRows;
   pb.group_elems = size_t(kp / 2) * kGroupCols * 2;
   thread_local std::vector<uint16_t> a;  // [rows, a_cols]
-  a.assign(size_t(rows) * pb.a_cols, 0);
-  for (int r = 0; r < rows; ++r) std::memcpy(a.data() + size_t(r) * pb.a_cols, x_bits + size_t(r) * kp, size_t(kp) * 2);
+  a.resize(size_t(rows) * pb.a_cols);
+  for (int r = 0; r < rows; ++r) {  // each row copied, then only its k padding zeroed
+    uint16_t* dst = a.data() + size_t(r) * pb.a_cols;
+    std::memcpy(dst, x_bits + size_t(r) * kp, size_t(kp) * 2);
+    std::memset(dst + kp, 0, size_t(pb.a_cols - kp) * 2);
+  }
   pb.a = a.data();
   const TileConfig full_config = make_config(kTileRows), tail_config = make_config(std::max(1, rows % kTileRows));
   pb.full_config = &full_config;
