@@ -225,6 +225,22 @@ TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, c
       }
     }
     const int valid = std::min(kK, n - t);
+#if TS_SIMD_WIDTH == 16
+    if constexpr (kQ == 4 && kK == 4) {  // a full tile: its 16 sums reduced side by side, reduce_add4's bits
+      float r[16];                       // [pair x][key u]
+      reduce_add16(&acc[0][0], r);
+#pragma GCC unroll 4
+      for (int x = 0; x < kQ; ++x) {
+        if (valid == kK) {
+#pragma GCC unroll 4
+          for (int u = 0; u < kK; ++u) s[x][t + u] = r[4 * x + u] * scale;
+        } else {
+          for (int u = 0; u < valid; ++u) s[x][t + u] = r[4 * x + u] * scale;
+        }
+      }
+      continue;
+    }
+#endif
 #pragma GCC unroll 6
     for (int x = 0; x < kQ; ++x) {
       float r[4];
