@@ -1,12 +1,12 @@
 // Masked grouped-query attention (contract in ops.h), written once against the vector layer and compiled per ISA
 // by attention_avx2.cc and attention_avx512.cc.
 //
-// Work is split into tasks of (KV head, block of up to 16 query rows; rows_per_task). Inside a task the keys are walked in blocks
-// of kKeyBlock: every (row, head) pair of the task uses the block while it sits in L1/L2 (key rows are
-// n_kv_heads * head_dim floats apart, 1-4 KiB, which a per-pair walk over a long context would re-stream from
-// L3 per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays
-// in registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers,
-// outputs accumulated through memory) spent ~50 cycles per (row, head, key).
+// Work is split into tasks of (KV head, block of up to 16 query rows: rows_per_task). Inside a task the keys are
+// walked in blocks of kKeyBlock: every (row, head) pair of the task uses the block while it sits in L1/L2 (key rows
+// are n_kv_heads * head_dim floats apart, 1-4 KiB, which a per-pair walk over a long context would re-stream from L3
+// per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays in
+// registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers, outputs
+// accumulated through memory) spent ~50 cycles per (row, head, key).
 // A key block that a row sees whole (all of the cached prefix, for every row of a tree) goes to register tiles
 // over the pairs of all such rows: each key or value vector is loaded and widened once for up to 4 pairs
 // (score_tile, values_tile), not once per row. Zen 4, 1 thread, bf16 K/V after 512 keys, old and new alternated
