@@ -1,5 +1,5 @@
-// treespark bench spec: target-only, chains, fixed-size trees, the marginal-ranked tree and TreeSpark on one model
-// pair and prompt set, at T = 0 and T = 1. Arms run interleaved prompt by prompt (the machines are shared and
+// treespark bench spec: target-only, chains, fixed-size trees, the marginal-ranked tree and TreeSpark (fixed theta,
+// and cost-priced with and without the online calibration refit) on one model pair and prompt set, at T = 0 and 1. Arms run interleaved prompt by prompt (the machines are shared and
 // noisy), and every figure is printed as a ratio to the chain measured in the same run.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -26,6 +26,7 @@ struct ArmSpec {
   double theta;
   int node_cap, branch_cap, draft_len;
   int load_batch = 0;  // > 0: load-adaptive theta priced at this batch size
+  bool online_calibration = true;  // false: the offline calibration as fitted (RequestOptions::online_calibration)
 };
 
 struct ArmTotals {
@@ -90,9 +91,13 @@ int bench_spec(int argc, char** argv) {
     arms.push_back({"fixed-" + std::to_string(n), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, n, branch_cap, 0});
   arms.push_back({"marginal-16", DecodeMode::Tree, spec::TreeMode::Marginal, 0.0, 16, branch_cap, 0});
   arms.push_back({"treespark", DecodeMode::Tree, spec::TreeMode::Tree, theta, 64, branch_cap, 0});
-  for (int load : adaptive_loads)
+  for (int load : adaptive_loads) {
     arms.push_back({"adaptive-b" + std::to_string(load), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 64, branch_cap, 0,
                     load});
+    // The same without the online refit of the calibration's shift: what the refit buys.
+    arms.push_back({"adaptive-b" + std::to_string(load) + "-fixcal", DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 64,
+                    branch_cap, 0, load, false});
+  }
   // The cost curve the adaptive arms price nodes with, measured once here (batch 1 and each load).
   spec::CostModel cost;
   if (!adaptive_loads.empty()) {
@@ -134,6 +139,7 @@ int bench_spec(int argc, char** argv) {
         o.tree.node_cap = arm.node_cap;
         o.tree.branch_cap = arm.branch_cap;
         o.tree.draft_len = arm.draft_len > 0 ? arm.draft_len : block - 1;
+        o.online_calibration = arm.online_calibration;
         if (arm.load_batch > 0) {
           o.tree.cost_model = &cost;
           o.tree.batch = arm.load_batch;
@@ -162,18 +168,20 @@ int bench_spec(int argc, char** argv) {
     std::printf("\n%s, T = %.1f (top-k %d, top-p %.2f), %zu prompts x %d tokens; baseline = %s (best chain)\n",
                 prompts.c_str(), temperature, temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f,
                 set.prompt_ids.size(), max_tokens, arms[best_chain].name.c_str());
-    std::printf("%-12s %10s %10s %10s %10s %10s %10s %10s %10s\n", "arm", "acc/round", "pred/round", "tok/round",
-                "tree", "ms/token", "acc x", "speed x", "build %");
+    const ArmTotals& plain = totals[0];  // arms[0] is the target alone
+    std::printf("%-18s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "arm", "acc/round", "pred/round",
+                "tok/round", "tree", "ms/token", "acc x", "speed x", "vs none", "build %");
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmTotals& t = totals[a];
       const double acc_ratio = chain.accepted_per_round() > 0 ? t.accepted_per_round() / chain.accepted_per_round() : 0;
       const double speed = t.ms_per_token() > 0 ? chain.ms_per_token() / t.ms_per_token() : 0;
       const double build_share = t.round_ms > 0 ? 100.0 * t.expand_ms / t.round_ms : 0;
       const double predicted_per_round = t.rounds ? t.predicted / t.rounds : 0;
-      std::printf("%-12s %10.3f %10.3f %10.3f %10.1f %10.3f %10.3f %10.3f %10.2f\n", arms[a].name.c_str(),
+      const double vs_plain = t.ms_per_token() > 0 ? plain.ms_per_token() / t.ms_per_token() : 0;
+      std::printf("%-18s %10.3f %10.3f %10.3f %10.1f %10.3f %10.3f %10.3f %10.3f %10.2f\n", arms[a].name.c_str(),
                   t.accepted_per_round(), predicted_per_round, t.tokens_per_round(),
                   t.rounds ? double(t.nodes) / t.rounds : 0,
-                  t.ms_per_token(), acc_ratio, speed, build_share);
+                  t.ms_per_token(), acc_ratio, speed, vs_plain, build_share);
       out.push_back({{"prompts", prompts},
                      {"temperature", temperature},
                      {"arm", arms[a].name},
@@ -184,6 +192,8 @@ int bench_spec(int argc, char** argv) {
                      {"ms_per_token", t.ms_per_token()},
                      {"accepted_ratio_to_chain", acc_ratio},
                      {"speed_ratio_to_chain", speed},
+                     {"speed_ratio_to_target_alone", vs_plain},
+                     {"online_calibration", arms[a].online_calibration},
                      {"tree_build_share", build_share / 100.0},
                      {"baseline", arms[best_chain].name}});
     }

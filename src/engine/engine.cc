@@ -127,7 +127,8 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   live->tree.temperature = o.sampling.temperature;
   // Sampled drafts use the request's processors too (draft_source.h): closer to the processed p, accepted more.
   live->tree.filter = spec::DraftFilter{o.sampling.top_k, o.sampling.top_p, o.sampling.min_p};
-  live->calibration = o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature, live->tree.filter);
+  live->calibration = spec::OnlineCalibration(
+      o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature, live->tree.filter));
   live->context_rows = context_need(request, live->max_context);
   live->reserve_rows = live->context_rows + tree_rows(o) +
                        (live->speculative ? drafter_->block_size() : 0);

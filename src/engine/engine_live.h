@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "sampling/chooser.h"
+#include "spec/calibration_online.h"
 #include "spec/draft_tree.h"
 
 namespace ts {
@@ -20,7 +21,7 @@ struct Engine::Live {
   int reserve_rows = 0;          // KV rows reserved at admission: context_rows + tree rows (the cache's max_tokens)
   bool speculative = false;      // mode != None: keeps a drafter state fed with the target's taps
   spec::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
-  spec::Calibration calibration;
+  spec::OnlineCalibration calibration;  // the request's (or the engine's) calibration, refitted as it decodes
 
   // Allocated at admission.
   KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back

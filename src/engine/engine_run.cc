@@ -154,6 +154,11 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
     for (int p = 0; p < accepted && p < int(metrics_.spec_decode_num_accepted_tokens_per_pos.size()); ++p)
       ++metrics_.spec_decode_num_accepted_tokens_per_pos[p];
     if (o.collect_edges) live.edges.insert(live.edges.end(), vr.edges.begin(), vr.edges.end());
+    if (o.online_calibration) {
+      live.calibration.observe(vr.edges);
+      st.calibration_shifts.resize(spec::kRankBuckets);
+      for (int k = 0; k < spec::kRankBuckets; ++k) st.calibration_shifts[k] = live.calibration.shift(k);
+    }
     for (int32_t node : vr.accepted_nodes) emit(live, item.tree.token[node]);
     emit(live, vr.bonus_token);
     live.anchor = vr.bonus_token;
@@ -265,7 +270,7 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
         params.cost_model = it.decode.adaptive ? &*config_.cost_model : nullptr;
         params.batch = it.decode.pricing_batch;
       }
-      it.tree = spec::expand(it.source, live.anchor, params, live.calibration, *live.chooser);
+      it.tree = spec::expand(it.source, live.anchor, params, live.calibration.current(), *live.chooser);
       it.tokens = it.tree.token;
       for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);
       it.visible = it.tree.ancestor_mask();

@@ -40,6 +40,9 @@ struct RequestOptions {
   bool collect_edges = false;       // keep verification edge records (calibration); delivered with the last event
   // The edge calibration for this request's trees; default: EngineConfig::calibration at sampling.temperature.
   std::optional<spec::Calibration> calibration;
+  // Refit the calibration's logit shift on this request's own verification labels as it decodes
+  // (spec/calibration_online.h). false: the calibration above stays fixed (what `calibrate` collects labels under).
+  bool online_calibration = true;
 };
 
 struct Request {
@@ -60,6 +63,9 @@ struct RequestStats {
   // expected verification to accept. Beside accepted_draft_tokens it shows how well the calibration fits this
   // pair and temperature (the survivals are what the tree policy prices nodes with).
   double predicted_draft_tokens = 0;
+  // The online calibration's logit shift per sibling-rank bucket after the last round (spec/calibration_online.h);
+  // empty when the request kept its calibration fixed or ran no round.
+  std::vector<double> calibration_shifts;
   double queue_ms = 0;              // from add() to admission
   double ttft_ms = 0;               // from add() to the first generated token
   double prefill_ms = 0, draft_ms = 0, expand_ms = 0, verify_ms = 0, total_ms = 0;

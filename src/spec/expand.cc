@@ -91,6 +91,11 @@ int select_top(const float* probs, int vocab, int count, int32_t* top, double* t
 class PHatTable {
  public:
   static constexpr int kShift = 19, kEntries = 1 << (31 - kShift);  // positive floats only: 4096 bins
+  static int bin_of(float q) {
+    uint32_t bits;
+    std::memcpy(&bits, &q, 4);
+    return int(bits >> kShift);
+  }
   bool holds(const Calibration& c) const {
     if (!ready_) return false;
     for (int i = 0; i < kRankBuckets; ++i)
@@ -102,13 +107,22 @@ class PHatTable {
     cal_ = c;
     ready_ = true;
     table_.resize(size_t(kRankBuckets) * kEntries);
-    for (int bucket = 0; bucket < kRankBuckets; ++bucket)
+    // p_hat is flat below the logit's clamp (1e-12) and above q = 1: only the ~640 bins between are evaluated
+    // (a calibration refitted online, calibration_online.h, rebuilds the table whenever it moves).
+    const int low = bin_of(1e-12f), high = bin_of(1.0f);
+    for (int bucket = 0; bucket < kRankBuckets; ++bucket) {
+      float* row = &table_[size_t(bucket) * kEntries];
+      const float below = float(c.p_hat(1e-13, bucket)), above = float(c.p_hat(1.0, bucket));
       for (int i = 0; i < kEntries; ++i) {
         const uint32_t bits = (uint32_t(i) << kShift) | (1u << (kShift - 1));  // the bin's centre
         float q;
         std::memcpy(&q, &bits, 4);
-        table_[size_t(bucket) * kEntries + i] = std::isfinite(q) ? float(c.p_hat(std::min(double(q), 1.0), bucket)) : 1.0f;
+        row[i] = !std::isfinite(q) ? 1.0f
+                 : i < low         ? below
+                 : i > high        ? above
+                                   : float(c.p_hat(std::min(double(q), 1.0), bucket));
       }
+    }
   }
   // E[p_hat] of a draw from r ([vocab], >= 0, not normalised); 0 when r has no mass.
   double expected(const float* r, int vocab, int rank) const {

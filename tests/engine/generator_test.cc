@@ -87,6 +87,7 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
     DecodeMode mode;
     spec::TreeMode priority;
     int node_cap, branch_cap;
+    double theta = 0;
   };
   SamplingParams t1;
   t1.temperature = 1.0f;
@@ -99,7 +100,10 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
   filtered.min_p = 0.02f;
   const std::vector<Case> cases = {{t1, DecodeMode::Tree, spec::TreeMode::Tree, 6, 3},
                                    {filtered, DecodeMode::Tree, spec::TreeMode::Tree, 8, 4},
-                                   {t1, DecodeMode::Chain, spec::TreeMode::Chain, 3, 1}};
+                                   {t1, DecodeMode::Chain, spec::TreeMode::Chain, 3, 1},
+                                   // theta > 0: the online calibration refit (on by default) changes how many
+                                   // nodes the second round grows, from the first round's labels
+                                   {t1, DecodeMode::Tree, spec::TreeMode::Tree, 8, 3, 0.15}};
   Generator gen(*pair.target, pair.drafter.get(), spec::Calibration{});
   for (const Case& c : cases) {
     std::map<std::vector<int32_t>, double> exact;
@@ -112,18 +116,23 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
     o.max_new_tokens = 3;
     o.mode = c.mode;
     o.tree.mode = c.priority;
-    o.tree.theta = 0;
+    o.tree.theta = c.theta;
     o.tree.node_cap = c.node_cap;
     o.tree.branch_cap = c.branch_cap;
     o.tree.draft_len = 3;
     o.sampling = c.params;
-    long accepted = 0;
+    long accepted = 0, refitted = 0;
     for (int i = 0; i < N; ++i) {
       o.sampling.seed = 1000 + i;
       GenerationResult r = gen.generate(prompt, o);
       ASSERT_EQ(r.ids.size(), 3u);
       counts[r.ids] += 1.0 / N;
       accepted += r.stats.accepted_draft_tokens;
+      if (r.stats.rounds > 1)
+        for (double shift : r.stats.calibration_shifts) refitted += std::abs(shift) >= 0.05;
+    }
+    if (c.theta > 0) {
+      EXPECT_GT(refitted, N / 20) << "the online refit hardly moved; the case would not test it";
     }
     double tv = 0;
     for (auto& [s, p] : exact) tv += 0.5 * std::fabs(p - counts[s]);
@@ -132,6 +141,29 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
     EXPECT_LT(tv, bound) << "temperature " << c.params.temperature << " top_k " << c.params.top_k;
     EXPECT_GT(accepted, N / 40) << "drafts were hardly ever accepted; the test would not exercise verification";
   }
+}
+
+TEST(Generation, OnlineCalibrationIsPerRequestAndCanBeTurnedOff) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/6, DType::F32, 21);
+  Generator gen(*pair.target, pair.drafter.get(), spec::Calibration{1.3, 0.4});
+  GenerateOptions o;
+  o.max_new_tokens = 40;
+  o.tree.theta = 0.1;
+  o.tree.node_cap = 8;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  const GenerationResult first = gen.generate(prompt, o);
+  const GenerationResult again = gen.generate(prompt, o);  // starts from the prior again, not from `first`'s fit
+  ASSERT_GT(first.stats.rounds, 2);
+  ASSERT_EQ(first.stats.calibration_shifts.size(), size_t(spec::kRankBuckets));
+  EXPECT_EQ(again.stats.calibration_shifts, first.stats.calibration_shifts);
+  EXPECT_EQ(again.stats.tree_sizes, first.stats.tree_sizes);
+  double moved = 0;
+  for (double shift : first.stats.calibration_shifts) moved += std::abs(shift);
+  EXPECT_GT(moved, 0.05);  // a random drafter is nowhere near the prior's (1.3, 0.4): the refit moves
+  o.online_calibration = false;
+  const GenerationResult fixed = gen.generate(prompt, o);
+  EXPECT_TRUE(fixed.stats.calibration_shifts.empty());
+  EXPECT_EQ(fixed.ids, first.ids);  // greedy: the trees differ, the tokens do not
 }
 
 TEST(Generation, StopTokenAndLimits) {

@@ -44,6 +44,7 @@ int cmd_calibrate(int argc, char** argv) {
   GenerateOptions opt = flags.options(bundle.drafter->block_size());
   opt.mode = DecodeMode::Tree;
   opt.collect_edges = true;
+  opt.online_calibration = false;
   opt.stop_ids = bundle.stop_ids();
   // Labels are collected under the uncalibrated priority (a = 1, b = 0), so the fit does not depend on an
   // earlier fit; the tree (theta 0, node cap) offers siblings at every depth.

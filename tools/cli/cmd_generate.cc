@@ -26,6 +26,7 @@ nlohmann::json stats_json(const GenerationResult& r) {
   j["generated_tokens"] = s.generated_tokens;
   j["accepted_draft_tokens"] = s.accepted_draft_tokens;
   j["predicted_draft_tokens"] = s.predicted_draft_tokens;
+  j["calibration_shifts"] = s.calibration_shifts;  // online refit per sibling-rank bucket (empty: fixed)
   j["tokens_per_round"] = s.tokens_per_round();
   j["mean_tree_size"] = s.mean_tree_size();
   j["prefill_ms"] = s.prefill_ms;

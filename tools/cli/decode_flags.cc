@@ -40,6 +40,9 @@ void DecodeFlags::add_spec(CLI::App& app) {
                "theta; generate's default in tree mode)");
   app.add_option("--load-batch", load_batch, "batch size the adaptive theta assumes (serving load)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--fixed-calibration", fixed_calibration,
+               "keep the offline calibration as fitted (default: each request refits its logit shift on its own "
+               "verification labels, spec/calibration_online.h)");
 }
 
 void DecodeFlags::apply_generation_config(const GenerationConfig& generation_config) {
@@ -102,6 +105,7 @@ GenerateOptions DecodeFlags::options(int block_size) const {
   t.branch_cap = branch_cap;
   t.draft_len = draft_len > 0 ? draft_len : std::max(1, block_size - 1);
   if (o.mode == DecodeMode::Chain) t.node_cap = t.draft_len;
+  o.online_calibration = !fixed_calibration;
   return o;
 }
 

@@ -25,6 +25,7 @@ struct DecodeFlags {
   int node_cap = 32, branch_cap = 4, draft_len = -1;
   bool adaptive = false;
   int load_batch = 1;                // the serving load the adaptive theta prices nodes for
+  bool fixed_calibration = false;    // --fixed-calibration: no online refit of the calibration's shift
   int threads = 0;
   std::string kv_dtype = "auto";     // auto | f32 | bf16 (ModelBundle::set_kv_dtype)
 
