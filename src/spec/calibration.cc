@@ -67,8 +67,9 @@ double clamped_logit(double q) {
   return std::log(q) - std::log1p(-q);
 }
 
-double Calibration::p_hat(double q, int sibling_rank) const {
-  return sigmoid(a * clamped_logit(q) + b + rank_offset[rank_bucket(sibling_rank)]);
+double Calibration::p_hat(double q, int sibling_rank) const { return p_hat_of_logit(clamped_logit(q), sibling_rank); }
+double Calibration::p_hat_of_logit(double logit_q, int sibling_rank) const {
+  return sigmoid(a * logit_q + b + rank_offset[rank_bucket(sibling_rank)]);
 }
 double Calibration::log_p_hat(double q, int sibling_rank) const {
   return log_sigmoid(a * clamped_logit(q) + b + rank_offset[rank_bucket(sibling_rank)]);

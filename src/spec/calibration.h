@@ -35,6 +35,7 @@ struct Calibration {
   double rank_offset[kRankBuckets] = {0, 0, 0, 0};  // added to the logit; [0] is always 0
   // p_hat = sigmoid(a * logit(q) + b + rank_offset[rank_bucket(sibling_rank)])
   double p_hat(double q, int sibling_rank = 0) const;
+  double p_hat_of_logit(double logit_q, int sibling_rank = 0) const;  // p_hat given clamped_logit(q)
   double log_p_hat(double q, int sibling_rank = 0) const;  // log(p_hat), computed stably
 };
 
