@@ -11,7 +11,7 @@
 namespace ts::bench_tiles {
 
 // The signature of gemm-inl.h's TileFn<uint16_t> (the same type in every ISA namespace).
-using BF16TileFn = void (*)(const float*, int, const uint16_t*, int, float*, int, int, bool, const char*, int, int);
+using BF16TileFn = void (*)(const float*, int, const uint16_t*, int, float*, int, int, bool, const char*, int, int, bool);
 
 struct Candidate {
   const char* name;
@@ -37,7 +37,7 @@ inline void time_tiles(const char* isa, int group_panels, int lanes, const Candi
         for (int p0 = 0; p0 < group_panels; p0 += t.panels)
           (t.rest && p0 + t.panels > group_panels ? t.rest : t.fn)(
               x.data(), pairs * 2, w.data() + p0 * lanes * 2, pairs, y.data() + p0 * lanes, kGroupCols,
-              kGroupCols - p0 * lanes, call == 0, nullptr, 0, 0);
+              kGroupCols - p0 * lanes, call == 0, nullptr, 0, 0, false);
       const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
       best_ns[c] = std::min(best_ns[c], ns / calls);
     }

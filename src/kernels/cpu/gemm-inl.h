@@ -32,17 +32,24 @@ constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 6
 // NEXT chunk, so DRAM keeps streaming while the later passes compute; prefetching only in the first pass made
 // memory and arithmetic take turns. bench_linear, bf16 3072x1024 from DRAM, 1 thread, Zen 4, avx2 (8 rows = 8
 // passes): 8 rows 700-730 -> 550-560 us, 16 rows 1200-1220 -> 1020-1100 us; avx512 (2-4 passes) unchanged.
+// The next chunk's slices go to L2 only (prefetcht1): into L1 they evicted the lines the passes were reading and
+// held L1 fill buffers for DRAM misses. bf16, 0.5B model forward, ctx 512, 2 threads, Xeon 6/167, T0 against T1
+// alternated 3 times: avx512 k=6 52.1-54.1 -> 48.1-49.6 ms, k=8 60.1-62.7 -> 55.6-58.3, k=16 76.4-79.3 ->
+// 73.4-80.5; avx2 k=2 43.8-45.5 -> 40.7-41.5, k=6 57.1-58.4 -> 53.4-53.7, k=8 70.6-72.2 -> 68.6-70.3; k=1 (one
+// pass, its own stream into L1) unchanged. Two chunks ahead instead of one: no better; no software prefetch with
+// several passes: k=8 88 ms.
 constexpr int kPrefetchSteps = 16;
 
 // Valid columns of panel p, given `cols` valid columns from the tile's first panel.
 inline int panel_cols(int cols, int p) { return std::clamp(cols - p * kW, 0, kW); }
 
-// What one pass prefetches: `lines` cache lines per k step starting at base + step * stride. (Passed to the tiles
-// as three scalars and looped over inside them: GCC 12 dropped every prefetch when the same loop sat in a helper
-// taking a struct.)
+// What one pass prefetches: `lines` cache lines per k step starting at base + step * stride, into L1 (its own
+// stream) or L2 only (the next chunk's slice). (Passed to the tiles as scalars and looped over inside them: GCC 12
+// dropped every prefetch when the same loop sat in a helper taking a struct.)
 struct PrefetchPlan {
   const char* base;
   int stride, lines;
+  bool to_l2;
 };
 
 // y[R rows, P panels] (+)= x[R rows, pairs] . w; x points at the chunk's first k of row 0 and holds activations
@@ -53,7 +60,7 @@ struct PrefetchPlan {
 // arithmetic, fewer live registers.
 template <int R, int P, bool kPanelsOuter>
 TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, float* y, int ldy, int cols,
-                       bool first, const char* pf_base, int pf_stride, int pf_lines) {
+                       bool first, const char* pf_base, int pf_stride, int pf_lines, bool pf_to_l2) {
   V acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -61,7 +68,10 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
     for (int p = 0; p < P; ++p) acc[r][p] = first ? zero() : load_n(y + r * ldy + p * kW, panel_cols(cols, p));
   for (int kp = 0; kp < pairs; ++kp) {
     const uint16_t* wk = w + size_t(kp) * kGroupCols * 2;  // [kPanels][kW lanes][2]; this tile reads P of them
-    for (int line = 0; line < pf_lines; ++line) prefetch(pf_base + size_t(kp) * pf_stride + 64 * line);
+    for (int line = 0; line < pf_lines; ++line) {
+      const char* ahead = pf_base + size_t(kp) * pf_stride + 64 * line;
+      pf_to_l2 ? prefetch_l2(ahead) : prefetch(ahead);
+    }
     if constexpr (kPanelsOuter) {
       V xe[R], xo[R];
 #pragma GCC unroll 8
@@ -107,7 +117,7 @@ TS_SIMD void tile_bf16(const float* x, int ldx, const uint16_t* w, int pairs, fl
 
 template <int R, int P>
 TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y, int ldy, int cols, bool first,
-                      const char* pf_base, int pf_stride, int pf_lines) {
+                      const char* pf_base, int pf_stride, int pf_lines, bool /*pf_to_l2: not measured for f32*/) {
   V acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -133,7 +143,7 @@ TS_SIMD void tile_f32(const float* x, int ldx, const float* w, int ks, float* y,
 }
 
 template <typename W>
-using TileFn = void (*)(const float*, int, const W*, int, float*, int, int, bool, const char*, int, int);
+using TileFn = void (*)(const float*, int, const W*, int, float*, int, int, bool, const char*, int, int, bool);
 
 // A family of tiles. shape[r] handles r rows (1 <= r <= max_rows): `fn` covers `panels` panels per pass, and
 // `rest` the last pass of a group where `panels` does not divide kPanels (3 x 3 panels, then 3 x 2).
@@ -198,11 +208,11 @@ void run_gemm(const float* x, int ldx, const W* packed, float* y, int rows, int 
             const W* wt = wg + size_t(k0) * step_elems + p0 * kW * x_per_step;
             const PrefetchPlan pf =
                 passes == 1 ? PrefetchPlan{reinterpret_cast<const char*>(wt + kPrefetchSteps * step_elems), step_bytes,
-                                           step_bytes / 64}
-                            : PrefetchPlan{ahead + size_t(pass) * slice, slice_stride, (slice_stride + 63) / 64};
+                                           step_bytes / 64, false}
+                            : PrefetchPlan{ahead + size_t(pass) * slice, slice_stride, (slice_stride + 63) / 64, true};
             const TileFn<W> fn = p0 + shape.panels > kPanels ? shape.rest : shape.fn;
             fn(xt, ldx, wt, ks, y + size_t(row0) * out_features + col0 + p0 * kW, out_features, cols - p0 * kW,
-               k0 == 0, pf.base, pf.stride, pf.lines);
+               k0 == 0, pf.base, pf.stride, pf.lines, pf.to_l2);
           }
           row0 += r;
         }

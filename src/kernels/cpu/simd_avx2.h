@@ -120,5 +120,6 @@ TS_SIMD inline V round_bf16(V v) {
 }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
 }  // namespace ts::kernels::cpu::avx2
