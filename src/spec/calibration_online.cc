@@ -7,7 +7,9 @@ namespace ts::spec {
 
 namespace {
 
-double sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z)); }
+// In float: the shifts need ~1e-3 of accuracy (the calibration in use moves in kPublishStep = 0.1 steps), and a
+// float exp halves the cost of a pass over the window (1024 edges: ~4 us instead of ~8).
+float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-std::clamp(z, -60.0f, 60.0f))); }
 
 }  // namespace
 
@@ -33,7 +35,7 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
     double gradient[kRankBuckets], curvature[kRankBuckets];
     for (int k = 0; k < kRankBuckets; ++k) gradient[k] = -kPriorPrecision * s[k], curvature[k] = kPriorPrecision;
     for (const Edge& e : window_) {
-      const double p = sigmoid(e.prior_z + s[e.bucket]);
+      const double p = sigmoid(float(e.prior_z + s[e.bucket]));
       gradient[e.bucket] += e.accepted - p;
       curvature[e.bucket] += p * (1 - p);
     }
@@ -41,7 +43,9 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
     for (int k = 0; k < kRankBuckets; ++k) {
       const double step = gradient[k] / curvature[k];
       s[k] = std::clamp(s[k] + step, -kMaxShift, kMaxShift);
-      moving |= std::abs(step) >= 1e-4;  // far below kPublishStep
+      // Newton converges quadratically: after a step below 0.01 the next would be ~1e-4, far below kPublishStep,
+      // so one pass over the window per round is the rule once the fit tracks (~8 us per round at 1024 edges).
+      moving |= std::abs(step) >= 1e-2;
     }
   }
   bool publish = false;
