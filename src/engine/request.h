@@ -40,8 +40,9 @@ struct RequestOptions {
   bool collect_edges = false;       // keep verification edge records (calibration); delivered with the last event
   // The edge calibration for this request's trees; default: EngineConfig::calibration at sampling.temperature.
   std::optional<spec::Calibration> calibration;
-  // Refit the calibration's logit shift on this request's own verification labels as it decodes
-  // (spec/calibration_online.h). false: the calibration above stays fixed (what `calibrate` collects labels under).
+  // Refit the calibration's logit shifts (one per sibling-rank bucket) on this request's own verification labels
+  // as it decodes (spec/calibration_online.h). false: the calibration above stays fixed (what `calibrate` collects
+  // labels under).
   bool online_calibration = true;
 };
 
