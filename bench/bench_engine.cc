@@ -1,8 +1,9 @@
 // treespark bench engine: batched throughput of the step engine at several concurrency levels (closed loop: c
 // requests in flight until the prompt set is done), arms none / chain / TreeSpark (fixed theta) / TreeSpark with
-// the load-adaptive policy, run side by side at each level. Prints tokens/s, ratios to target-only at the same
-// level and to the same arm at concurrency 1, tokens per round, tree size, how often the policy switched
-// speculation off, and the scheduler's share of a step; writes the per-batch decisions (theta, tree size) to JSON.
+// the load-adaptive policy, with and without the per-request online calibration refit, run side by side at each
+// level. Prints tokens/s, ratios to target-only at the same level and to the same arm at concurrency 1, tokens per
+// round, tree size, how often the policy switched speculation off, and the scheduler's share of a step; writes the
+// per-batch decisions (theta, tree size) to JSON.
 // "model tok/s" prices the very steps the engine ran with the cost model (spec::step_cost_ms) instead of the clock: with --cost-model
 // of a bigger (memory-bound) target it projects what the policy's decisions would give there, using the shipped
 // pair's real acceptance.
@@ -33,6 +34,7 @@ struct Arm {
   double theta;
   int node_cap, draft_len;
   bool adaptive;
+  bool online_calibration = true;  // false: the offline calibration as fitted (RequestOptions::online_calibration)
 };
 
 struct ArmResult {
@@ -100,6 +102,7 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
       o.tree.branch_cap = 4;
       o.tree.draft_len = arm.draft_len;
       o.adaptive = arm.adaptive;
+      o.online_calibration = arm.online_calibration;
       engine.add(std::move(r), on_event);
       ++in_flight;
       ++next;
@@ -176,7 +179,8 @@ int bench_engine(int argc, char** argv) {
   const std::vector<Arm> arms = {{"none", DecodeMode::None, 0, 1, 1, false},
                                  {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
                                  {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
-                                 {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true}};
+                                 {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true},
+                                 {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, double> at_one;
   std::printf("\n%s, T = %.1f, %zu prompts x %d tokens\n", prompts_path.c_str(), temperature, set.prompt_ids.size(),
