@@ -43,6 +43,9 @@ struct ArmResult {
   double modelled_ms = 0;  // the same steps priced by the cost model: sum of L(b, rows per sequence) + F(b)
   long steps = 0;
   std::map<int, std::array<double, 4>> by_batch;  // batch -> {decisions, sum theta, sum tree size, speculating}
+  // Full-batch decode steps (no prefill) where every request speculated, and where none did: where a step's time
+  // goes. {steps, step ms, forward ms, draft ms, expand ms, verify ms} summed.
+  std::array<double, 6> all_spec{}, all_plain{};
   double tok_s() const { return wall_ms > 0 ? 1000.0 * tokens / wall_ms : 0; }
   double modelled_tok_s() const { return modelled_ms > 0 ? 1000.0 * tokens / modelled_ms : 0; }
 };
@@ -65,6 +68,11 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
       res.modelled_ms += spec::step_cost_ms(cost, r.batch, std::max(r.batch, r.forward_rows - r.prefill_tokens),
                                             drafting);
     if (r.prefill_tokens > 0) res.modelled_ms += cost.cost_ms(1, r.prefill_tokens);
+    if (r.batch == concurrency && r.prefill_tokens == 0 && (drafting == 0 || drafting == r.batch)) {
+      std::array<double, 6>& t = drafting ? res.all_spec : res.all_plain;
+      const double parts[6] = {1, r.step_ms, r.forward_ms, r.draft_ms, r.expand_ms, r.verify_ms};
+      for (int i = 0; i < 6; ++i) t[i] += parts[i];
+    }
     for (const RoundDecision& d : r.decisions) {
       auto& b = res.by_batch[r.batch];
       b[0] += 1;
@@ -212,6 +220,13 @@ int bench_engine(int argc, char** argv) {
       std::printf("%-5d %-10s %9.1f %9.3f %9.3f %9.2f %8.1f %9.2f %8.3f %8.3f %11.1f %9.3f\n", c, arms[a].name.c_str(),
                   r.tok_s(), vs_none, vs_one, tpr, tree, off, r.steps ? r.step_ms / r.steps : 0, sched,
                   r.modelled_tok_s(), model_vs_none);
+      for (const auto* t : {&r.all_plain, &r.all_spec}) {
+        const std::array<double, 6>& v = *t;
+        if (v[0] == 0) continue;
+        std::printf("      %s steps at batch %d: %.0f, ms per step: all %.3f = forward %.3f + draft %.3f + expand %.3f + "
+                    "verify %.3f + other %.3f\n", t == &r.all_plain ? "plain" : "speculating", c, v[0], v[1] / v[0],
+                    v[2] / v[0], v[3] / v[0], v[4] / v[0], v[5] / v[0], (v[1] - v[2] - v[3] - v[4] - v[5]) / v[0]);
+      }
       nlohmann::json by_batch = nlohmann::json::array();
       for (const auto& [b, v] : r.by_batch)
         by_batch.push_back({{"batch", b}, {"decisions", v[0]}, {"mean_theta", v[1] / v[0]},
