@@ -1,6 +1,7 @@
 // treespark bench spec: target-only, chains, fixed-size trees, the marginal-ranked tree and TreeSpark (fixed theta,
-// and cost-priced with and without the online calibration refit) on one model pair and prompt set, at T = 0 and 1. Arms run interleaved prompt by prompt (the machines are shared and
-// noisy), and every figure is printed as a ratio to the chain measured in the same run.
+// and cost-priced with and without the online calibration refit) on one model pair and prompt set, at T = 0 and 1.
+// Arms run interleaved prompt by prompt (the machines are shared and noisy), and every figure is printed as a
+// ratio to the chain measured in the same run (and to the target alone: 'vs none').
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>

@@ -11,7 +11,8 @@
 namespace ts::bench_tiles {
 
 // The signature of gemm-inl.h's TileFn<uint16_t> (the same type in every ISA namespace).
-using BF16TileFn = void (*)(const float*, int, const uint16_t*, int, float*, int, int, bool, const char*, int, int, bool);
+using BF16TileFn = void (*)(const float*, int, const uint16_t*, int, float*, int, int, bool, const char*, int, int,
+                            bool);
 
 struct Candidate {
   const char* name;

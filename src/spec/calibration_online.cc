@@ -57,7 +57,8 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
     std::copy(shift_, shift_ + kRankBuckets, published_);
     current_ = prior_;
     current_.b = prior_.b + published_[0];
-    for (int k = 1; k < kRankBuckets; ++k) current_.rank_offset[k] = prior_.rank_offset[k] + published_[k] - published_[0];
+    for (int k = 1; k < kRankBuckets; ++k)
+      current_.rank_offset[k] = prior_.rank_offset[k] + published_[k] - published_[0];
   }
 }
 

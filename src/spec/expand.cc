@@ -106,7 +106,8 @@ class PHatTable {
   static const std::vector<double>& bin_logits() {
     static const std::vector<double> logits = [] {
       std::vector<double> l;
-      for (int i = bin_of(1e-12f); i <= bin_of(1.0f); ++i) l.push_back(clamped_logit(std::min(double(bin_centre(i)), 1.0)));
+      for (int i = bin_of(1e-12f); i <= bin_of(1.0f); ++i)
+        l.push_back(clamped_logit(std::min(double(bin_centre(i)), 1.0)));
       return l;
     }();
     return logits;

@@ -1,6 +1,6 @@
-// OnlineCalibration: the per-request logit shifts (one per sibling-rank bucket) recover a known miscalibration of the prior, follows a change of
-// regime through its window, stays finite on one-sided labels, leans on the prior with little evidence, and moves
-// the calibration in use only in kPublishStep steps.
+// OnlineCalibration: the per-request logit shifts (one per sibling-rank bucket) recover a known miscalibration of
+// the prior, follow a change of regime through their window, stay finite on one-sided labels, lean on the prior
+// with little evidence, and move the calibration in use only in kPublishStep steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
