@@ -146,7 +146,10 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
     st.tree_nodes += nodes;
     st.tree_sizes.push_back(nodes);
     st.accepted_draft_tokens += accepted;
-    for (int node = 1; node < item.tree.size(); ++node) st.predicted_draft_tokens += item.tree.survival[size_t(node)];
+    double predicted = 0;
+    for (int node = 1; node < item.tree.size(); ++node) predicted += item.tree.survival[size_t(node)];
+    st.predicted_draft_tokens += predicted;
+    metrics_.spec_decode_predicted_tokens += predicted;
     st.accepted_at_depth[accepted] += 1;
     ++metrics_.spec_decode_num_drafts;
     metrics_.spec_decode_num_draft_tokens += nodes;

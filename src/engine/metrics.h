@@ -41,6 +41,9 @@ struct EngineMetrics {
   int64_t spec_decode_num_drafts = 0;           // speculative rounds
   int64_t spec_decode_num_draft_tokens = 0;     // draft nodes verified (tree nodes, root excluded)
   int64_t spec_decode_num_accepted_tokens = 0;  // draft tokens accepted
+  // Sum of the verified trees' calibrated path survivals (root excluded): the draft tokens the calibration in use
+  // expected to be accepted. Beside spec_decode_num_accepted_tokens it shows how well the trees are priced.
+  double spec_decode_predicted_tokens = 0;
   // [block_size]: position p (0-based) counts rounds whose accepted path reached depth p + 1 (vLLM's
   // spec_decode_num_accepted_tokens_per_pos{position=p}).
   std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;

@@ -81,6 +81,7 @@ BackendMetrics EngineBackend::metrics() const {
   b.accepted_per_pos.assign(m.spec_decode_num_accepted_tokens_per_pos.begin(),
                             m.spec_decode_num_accepted_tokens_per_pos.end());
   b.gauges.emplace_back("kv_reserved_perc", m.kv_reserved_perc);
+  b.gauges.emplace_back("spec_decode_predicted_tokens_total", m.spec_decode_predicted_tokens);
   b.gauges.emplace_back("kv_budget_bytes", double(m.kv_budget_bytes));
   b.gauges.emplace_back("engine_steps", double(m.steps));
   b.gauges.emplace_back("engine_step_seconds_total", m.step_ms_total / 1e3);

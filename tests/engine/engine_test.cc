@@ -95,6 +95,7 @@ TEST(Engine, BatchedGreedyEqualsOneByOneAndTargetOnly) {
     EXPECT_LE(max_batch_seen, 4);
     Generator alone(*pair.target, pair.drafter.get());
     long accepted = 0, rounds_total = 0;
+    double predicted = 0;
     for (int i = 0; i < n_requests; ++i) {
       GenerateOptions o;
       static_cast<RequestOptions&>(o) = options_of(i, max_new);
@@ -105,6 +106,7 @@ TEST(Engine, BatchedGreedyEqualsOneByOneAndTargetOnly) {
       EXPECT_EQ(got[i].final_events, 1);
       EXPECT_EQ(got[i].stats.generated_tokens, max_new);
       accepted += got[i].stats.accepted_draft_tokens;
+      predicted += got[i].stats.predicted_draft_tokens;
       rounds_total += got[i].stats.rounds;
     }
     // Random pairs rarely agree (acceptance is exercised on the shipped pair below); rounds must have run.
@@ -115,6 +117,8 @@ TEST(Engine, BatchedGreedyEqualsOneByOneAndTargetOnly) {
     EXPECT_EQ(m.kv_cache_usage_perc, 0);
     EXPECT_EQ(m.kv_reserved_perc, 0);
     EXPECT_EQ(m.generation_tokens, int64_t(n_requests) * max_new);
+    EXPECT_GT(predicted, 0);
+    EXPECT_NEAR(m.spec_decode_predicted_tokens, predicted, 1e-9 * predicted);  // the requests' sum, no more
     int64_t prompt_tokens = 0;
     for (int i = 0; i < n_requests; ++i) prompt_tokens += int64_t(prompt_of(i, 20).size());
     EXPECT_EQ(m.prompt_tokens, prompt_tokens);

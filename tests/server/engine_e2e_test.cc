@@ -134,6 +134,9 @@ TEST_F(EngineServerTest, GreedyTreeThroughTheServerEqualsTargetGreedyAtConcurren
   EXPECT_GT(metric_value(m->body, "vllm:spec_decode_num_drafts_total{model_name=\"treespark-target\""), 0);
   EXPECT_GT(metric_value(m->body, "vllm:spec_decode_num_accepted_tokens_total{model_name=\"treespark-target\""), 0);
   EXPECT_GT(metric_value(m->body, "vllm:generation_tokens_total{model_name=\"treespark-target\""), 0);
+  // What the calibration predicted, beside what was accepted.
+  EXPECT_GT(metric_value(m->body, "treespark:spec_decode_predicted_tokens_total{model_name=\"treespark-target\""),
+            0);
 }
 
 TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
