@@ -282,12 +282,23 @@ constexpr Tiles<float> kF32 = {6,
 // which stay in L1 between passes, prefetched two chunks ahead. bench_linear bf16 2048x768 from DRAM, 1 thread,
 // Zen 4, avx2, with the tiles above: 2 rows 1.50x -> 1.20x one row's time, 3 rows 1.72x -> 1.41x, 5 rows 1.83x
 // -> 1.66x. At 6 rows and more compute dominates: 8 or 16 KiB chunks made no difference there (shipped target,
-// k = 6-12, and bench_linear 1536x512, 2 threads), so 64 KiB chunks stay (fewer passes per byte).
+// k = 6-12, and bench_linear 1536x512, 2 threads), so 64 KiB chunks stayed then (fewer passes per byte); since the
+// next-chunk slices go to L2, 16 KiB chunks two ahead won (kBf16ManyRowChunks, below).
 constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 #else
 #error "gemm-inl.h: unsupported TS_SIMD_WIDTH"
 #endif
+// 6-16 rows (a tree verify: several passes per chunk on either width): 16 KiB chunks, prefetched two chunks ahead
+// into L2. 0.5B
+// model forward, ctx 512, 2 threads, Xeon 6/167, against 64 KiB chunks one ahead, alternated 3 times each: avx2
+// k=7 64.0-67.4 -> 62.1-63.3 ms, k=8 67.4-72.0 -> 66.4-69.7 (two sets), k=12 88.0-90.5 -> 85.8-89.2, k=16
+// 113.9-118.3 -> 111.7-114.2; avx512 k=8 56.3-57.3 -> 54.4-56.3, k=16 77.4-78.7 -> 73.7-77.2; 8 KiB chunks (avx2)
+// no better than 64. A 128-token prefill ran 10-20% slower with them (more partial-sum round trips through y per
+// pass), so longer batches keep 64 KiB chunks. Chunking never changes a row's arithmetic (partial sums go through
+// y exactly).
+constexpr ChunkPlan kBf16ManyRowChunks = {64, 2};
+inline bool many_row_chunks(int rows) { return rows >= 6 && rows <= 16; }
 
 }  // namespace
 
@@ -296,12 +307,14 @@ void gemm_bf16(const float* x_rounded, const uint16_t* packed, float* y, int row
   const int kp = gemm_k_padded_bf16(in_features);
 #if TS_SIMD_WIDTH == 16
   const Tiles<uint16_t>& tiles = rows <= 5 ? kBf16Wide : kBf16Tall;
-  const ChunkPlan chunks = kBf16Chunks;
+  const ChunkPlan chunks = many_row_chunks(rows) ? kBf16ManyRowChunks : kBf16Chunks;  // 1-5 rows: one pass
 #else
   // With >= 3 rows every tile of the even split has >= 3 rows (max 6 per tile).
   const bool few_rows = rows >= 2 && rows <= 5;
   const Tiles<uint16_t>& tiles = few_rows ? kBf16FewRows : kBf16;
-  const ChunkPlan chunks = few_rows ? kBf16FewRowChunks : kBf16Chunks;
+  const ChunkPlan chunks = few_rows               ? kBf16FewRowChunks
+                           : many_row_chunks(rows) ? kBf16ManyRowChunks
+                                                   : kBf16Chunks;
 #endif
   run_gemm<uint16_t>(x_rounded, kp, packed, y, rows, out_features, kp / 2, chunks, kGroupCols * 2, in_features,
                      tiles);
