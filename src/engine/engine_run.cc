@@ -157,7 +157,9 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
     for (int p = 0; p < accepted && p < int(metrics_.spec_decode_num_accepted_tokens_per_pos.size()); ++p)
       ++metrics_.spec_decode_num_accepted_tokens_per_pos[p];
     if (o.collect_edges) live.edges.insert(live.edges.end(), vr.edges.begin(), vr.edges.end());
-    if (o.online_calibration) {
+    // LogQ and Marginal trees never read the calibration: nothing to refit for them.
+    const bool calibrated = live.tree.mode == spec::TreeMode::Tree || live.tree.mode == spec::TreeMode::Chain;
+    if (o.online_calibration && calibrated) {
       live.calibration.observe(vr.edges);
       st.calibration_shifts.resize(spec::kRankBuckets);
       for (int k = 0; k < spec::kRankBuckets; ++k) st.calibration_shifts[k] = live.calibration.shift(k);

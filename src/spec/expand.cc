@@ -112,16 +112,6 @@ class PHatTable {
     }();
     return logits;
   }
-  // Bins whose centre is inf or NaN (exponent all ones): p_hat 1, as before (never read for a finite r).
-  static const std::vector<int>& non_finite_bins() {
-    static const std::vector<int> bins = [] {
-      std::vector<int> b;
-      for (int i = 0; i < kEntries; ++i)
-        if (!std::isfinite(bin_centre(i))) b.push_back(i);
-      return b;
-    }();
-    return bins;
-  }
   bool holds(const Calibration& c) const {
     if (!ready_) return false;
     for (int i = 0; i < kRankBuckets; ++i)
@@ -136,16 +126,19 @@ class PHatTable {
     // p_hat is flat below the logit's clamp (1e-12) and above q = 1: only the ~640 bins between are evaluated,
     // from their centres' logits computed once per process, one exp each (a calibration refitted online,
     // calibration_online.h, rebuilds the table whenever it moves; ~10 us against ~0.2 ms for 16k p_hat(q)).
+    // Bins from bin_of(inf) on hold inf or NaN (exponent all ones): 1, as before (never read for a finite r).
     const std::vector<double>& logits = bin_logits();
-    const int low = bin_of(1e-12f);
+    const int low = bin_of(1e-12f), non_finite = bin_of(std::numeric_limits<float>::infinity());
     for (int bucket = 0; bucket < kRankBuckets; ++bucket) {
       float* row = &table_[size_t(bucket) * kEntries];
       const float below = float(c.p_hat(1e-13, bucket)), above = float(c.p_hat(1.0, bucket));
       for (int i = 0; i < kEntries; ++i) {
         const size_t j = size_t(i - low);
-        row[i] = i < low ? below : j < logits.size() ? float(c.p_hat_of_logit(logits[j], bucket)) : above;
+        row[i] = i < low            ? below
+                 : j < logits.size() ? float(c.p_hat_of_logit(logits[j], bucket))
+                 : i < non_finite    ? above
+                                     : 1.0f;
       }
-      for (int i : non_finite_bins()) row[i] = 1.0f;
     }
   }
   // E[p_hat] of a draw from r ([vocab], >= 0, not normalised); 0 when r has no mass.
