@@ -189,9 +189,15 @@ constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
 constexpr int score_keys_per_pass(int) { return 4; }
 constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) measured 1.4x slower
 #else
-constexpr int kScoreQueries = 3;  // x 3 keys: 9 accumulators + 3 keys + 1 query of 16 ymm
-constexpr int kValueQueries = 4;  // x 2 vectors: 8 accumulators + 2 values + 1 weight
-constexpr int score_keys_per_pass(int q) { return q <= 2 ? 4 : 3; }  // 2 x 4 as 3 x 3: 13 registers
+// 6 pairs per tile, not 3 (scores) and 4 (values): each key or value vector is widened once per 6 pairs, and 12
+// accumulators hide the FMA latency where 8 or 9 did not. bench_attention 2 threads, Xeon 6/167, bf16 head-major,
+// 3 alternations: prefix 512 x 8 rows 306-316 -> 271-279 us, 512 x 32 1193-1255 -> 1042-1095, 1024 x 8 581-617 ->
+// 516-534, 4096 x 8 2809-2880 -> 2532-2566; K/V cold: 512 x 8 393-402 -> 365-367, 4096 x 8 3000-3048 ->
+// 2813-2886; one row unchanged (2 pairs). In the 0.5B forward that is within noise at a 512-token context and 1-2%
+// at 2048 (k = 16 169.6-172.5 -> 167.9-168.4 ms). The same on AVX-512 (6 x 4, 8 x 3) measured no faster.
+constexpr int kScoreQueries = 6;  // 5-6 pairs x 2 keys: 12 accumulators + 2 keys + 1 query of 16 ymm
+constexpr int kValueQueries = 6;  // 3-6 pairs x 2 vectors: 12 accumulators + 2 values + 1 weight
+constexpr int score_keys_per_pass(int q) { return q <= 2 ? 4 : q <= 4 ? 3 : 2; }  // 2 x 4 as 3 x 3; 4 x 3: 16 regs
 constexpr int value_vectors_per_pass(int q) { return q <= 2 ? 4 : 2; }
 #endif
 
