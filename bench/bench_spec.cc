@@ -110,13 +110,15 @@ int bench_spec(int argc, char** argv) {
     std::sort(co.batches.begin(), co.batches.end());
     co.batches.erase(std::unique(co.batches.begin(), co.batches.end()), co.batches.end());
     co.reps = 7;
-  co.ks = policy_token_counts();
-  co.monotone = true;
+    co.ks = policy_token_counts();
+    co.monotone = true;
+    co.long_context = 1024;  // as generate and serve measure it
     cost = measure_cost_curve(*bundle.target, co);
     cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
     std::fprintf(stderr, "adaptive arms' cost curve, b=%d:", cost.batches[0]);
     for (size_t j = 0; j < cost.tokens.size(); ++j) std::fprintf(stderr, " k%d %.2f", cost.tokens[j], cost.ms[j]);
-    std::fprintf(stderr, "; F %.2f ms\n", cost.fixed_ms);
+    std::fprintf(stderr, "; F %.2f ms; per context token past %d: %.2f us + %.2f us per extra row\n", cost.fixed_ms,
+                 cost.context, cost.ms_per_context_seq * 1e3, cost.ms_per_context_row * 1e3);
   }
 
   nlohmann::json out = nlohmann::json::array();

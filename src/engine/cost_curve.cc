@@ -46,6 +46,60 @@ void make_monotone_in_k(spec::CostModel& cost) {
   }
 }
 
+namespace {
+
+// The context term of L (spec::CostModel::context): one sequence filled to opt.context and one to opt.long_context,
+// k = 1 and k = max_k timed on both, alternated rep by rep so drift hits both contexts alike. The slopes follow
+// from the two differences: per context token ms_per_context_seq = d(k=1), ms_per_context_row = (d(max_k) -
+// d(1)) / (max_k - 1); a noisy negative difference counts as none.
+void fit_context_term(TargetModel& model, const CostCurveOptions& opt, int max_k, spec::CostModel& cost) {
+  const ModelConfig& c = model.config();
+  const int long_ctx = std::min(opt.long_context, c.max_position_embeddings - max_k);
+  if (long_ctx <= opt.context || max_k < 2) return;
+  const int contexts[2] = {opt.context, long_ctx};
+  std::vector<KVCache> caches;
+  for (int ctx : contexts) {
+    caches.push_back(model.new_cache(ctx + max_k));
+    for (int start = 0; start < ctx; start += 128) {
+      ForwardBatch fb;
+      ForwardResult fr;
+      for (int i = start; i < std::min(ctx, start + 128); ++i) {
+        fb.tokens.push_back((i * 7919 + 3) % c.vocab_size);
+        fb.positions.push_back(i);
+      }
+      model.forward(fb, {&caches.back()}, &fr);
+      caches.back().commit_all();
+    }
+  }
+  const int ks[2] = {1, max_k};
+  std::vector<double> times[2][2];  // [context][k] ms
+  for (int r = 0; r < opt.reps + 1; ++r)
+    for (int ci = 0; ci < 2; ++ci)
+      for (int ki = 0; ki < 2; ++ki) {
+        ForwardBatch fb;
+        for (int i = 0; i < ks[ki]; ++i) {
+          fb.tokens.push_back((i * 17 + 5) % c.vocab_size);
+          fb.positions.push_back(contexts[ci] + i);
+          fb.seq.push_back(0);
+          fb.logit_rows.push_back(i);
+        }
+        ForwardResult fr;
+        const double t0 = now_ms();
+        model.forward(fb, {&caches[ci]}, &fr);
+        const double ms = now_ms() - t0;
+        caches[ci].drop_pending();
+        if (r > 0) times[ci][ki].push_back(ms);  // r = 0 warms up
+      }
+  const double span = long_ctx - opt.context;
+  const double d1 = std::max(0.0, median(times[1][0]) - median(times[0][0]));
+  const double dk = std::max(d1, median(times[1][1]) - median(times[0][1]));
+  cost.context = opt.context;
+  cost.ms_per_context_seq = d1 / span;
+  cost.ms_per_context_row = (dk - d1) / (span * (max_k - 1));
+}
+
+}  // namespace
+
 spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
   const ModelConfig& c = model.config();
   const int max_k = *std::max_element(opt.ks.begin(), opt.ks.end());
@@ -99,6 +153,7 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
     for (auto& t : times) cost.ms.push_back(median(t));
   }
   if (opt.monotone) make_monotone_in_k(cost);
+  if (opt.long_context > opt.context) fit_context_term(model, opt, max_k, cost);
   cost.validate();
   return cost;
 }
@@ -155,6 +210,7 @@ spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, cons
   co.batches = o.batches;
   co.reps = o.reps;
   co.monotone = true;
+  co.long_context = o.long_context;
   spec::CostModel cost = measure_cost_curve(target, co);
   if (drafter) {
     cost.fixed_ms_by_batch = measure_draft_ms_by_batch(*drafter, co.context, o.batches, o.reps);
@@ -175,6 +231,11 @@ std::string cost_model_to_json(const spec::CostModel& c) {
   j["ms"] = rows;
   j["fixed_ms"] = c.fixed_ms;
   j["fixed_ms_by_batch"] = c.fixed_ms_by_batch;
+  if (c.context > 0) {
+    j["context"] = c.context;
+    j["ms_per_context_seq"] = c.ms_per_context_seq;
+    j["ms_per_context_row"] = c.ms_per_context_row;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -199,6 +260,9 @@ spec::CostModel cost_model_from_json(const std::string& text) {
     }
     c.fixed_ms = j.value("fixed_ms", 0.0);
     if (j.contains("fixed_ms_by_batch")) c.fixed_ms_by_batch = j["fixed_ms_by_batch"].get<std::vector<double>>();
+    c.context = j.value("context", 0);
+    c.ms_per_context_seq = j.value("ms_per_context_seq", 0.0);
+    c.ms_per_context_row = j.value("ms_per_context_row", 0.0);
   } catch (const nlohmann::json::exception& e) {
     TS_FAIL("cost model: wrong type: ", e.what());
   }

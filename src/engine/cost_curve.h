@@ -27,6 +27,9 @@ struct CostCurveOptions {
   // Make each batch's row non-decreasing in k (pool-adjacent-violators: a noisy dip is averaged with its
   // neighbours). A forward of more tokens never costs less; a dip would price the next node below nothing.
   bool monotone = false;
+  // Also fit the context term (CostModel::context and its two slopes): at batch 1, k = 1 and the largest k timed
+  // at `context` and at this longer context, alternated. 0 (or not above context): no term.
+  int long_context = 0;
 };
 
 // In place: each batch's costs, as a function of k, replaced by their least-squares non-decreasing fit.
@@ -48,6 +51,7 @@ std::vector<double> measure_draft_ms_by_batch(Drafter& drafter, int context, con
 // the shipped pair with the defaults below.
 struct ServingCostOptions {
   int context = 256;
+  int long_context = 1024;  // the context term's second context (clamped to the model's positions)
   std::vector<int> ks = policy_token_counts();
   std::vector<int> batches = {1, 2, 4, 8, 16};
   int reps = 3;
@@ -56,7 +60,8 @@ spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, cons
 
 // The cost model as JSON, to measure once and load at start-up:
 //   {"version": 1, "batches": [..], "tokens": [..], "ms": [[L(b0, k0), ..], ..], "fixed_ms": F,
-//    "fixed_ms_by_batch": [..]}
+//    "fixed_ms_by_batch": [..], "context": c, "ms_per_context_seq": s, "ms_per_context_row": r}
+// (the last three optional: a file without them prices every context as the curve's own).
 // Reading validates the model (CostModel::validate) and names what is missing.
 std::string cost_model_to_json(const spec::CostModel& cost);
 spec::CostModel cost_model_from_json(const std::string& text);

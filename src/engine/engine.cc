@@ -294,7 +294,8 @@ StepReport Engine::step() {
     for (const RoundDecision& d : report.decisions) drafting += d.speculate;
     try {
       sched::observe_step(sched_, drafting, report.step_ms,
-                          spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, drafting));
+                          spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, drafting,
+                                             plan.mean_context));
     } catch (const std::exception&) {
       // a cost model that cannot price this step teaches nothing
     }

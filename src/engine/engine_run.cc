@@ -275,6 +275,7 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
         params.cost_model = it.decode.adaptive ? &*config_.cost_model : nullptr;
         params.batch = it.decode.pricing_batch;
       }
+      params.context = it.anchor_pos;  // committed tokens: what each verified row attends over, besides the tree
       it.tree = spec::expand(it.source, live.anchor, params, live.calibration.current(), *live.chooser);
       it.tokens = it.tree.token;
       for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);

@@ -83,6 +83,9 @@ Plan schedule(const SchedulerState& state) {
       views.push_back(&s);
     }
   plan.batch = int(plan.decode.size());
+  double& mean_context = plan.mean_context;  // the step's context term
+  for (const SeqView* v : views) mean_context += v->context_len;
+  if (!views.empty()) mean_context /= double(views.size());
   // Which adaptive requests speculate: the step's modelled token rate (step_cost_ms) decides. Requests that
   // always speculate (no cost model, or their own fixed pricing) and plain ones make the base; adaptive ones are
   // added most efficient first ((E - 1) / (k - 1)), and the prefix with the best rate wins (evaluating every
@@ -114,7 +117,7 @@ Plan schedule(const SchedulerState& state) {
     }
     w.adaptive = true;
     if (s.mode == DecodeMode::Tree)
-      w.theta = std::max(s.theta_floor, spec::adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0));
+      w.theta = std::max(s.theta_floor, spec::adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0, s.context_len));
     w.speculate = false;  // decided below
     if (c.probe_interval > 0 && s.steps_since_round >= c.probe_interval) {
       // Probe: price it optimistically (its class's tokens per round, or the prior) rather than with its own
@@ -137,7 +140,7 @@ Plan schedule(const SchedulerState& state) {
     for (size_t j = 0; j <= candidates.size(); ++j) {
       const int drafting = base_drafting + int(j);
       const double step_ms =
-          spec::step_cost_ms(*c.cost, plan.batch, rows, drafting) + plain_extra + drafting * draft_extra;
+          spec::step_cost_ms(*c.cost, plan.batch, rows, drafting, mean_context) + plain_extra + drafting * draft_extra;
       const double rate = tokens / std::max(step_ms, 1e-6);
       if (rate > best_rate) best_rate = rate, best = j;
       if (j < candidates.size()) {

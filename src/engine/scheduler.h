@@ -14,7 +14,8 @@
 //      prompt is cut into chunks and never stalls the decoding requests for more than one chunk's cost;
 //   5. prices each decoding request's tree for this step (theta_policy.h): with a cost model and an adaptive
 //      request, theta = max(theta floor, the price of the first node at batch b), and the set of adaptive requests
-//      that speculate is the one with the best modelled token rate, tokens / step_cost_ms(b, rows, drafting):
+//      that speculate is the one with the best modelled token rate, tokens / step_cost_ms(b, rows, drafting, the
+//      requests' mean context):
 //      candidates are added most efficient first ((E - 1) / (k - 1) extra tokens per extra row) and every prefix
 //      is priced, so speculation switches off (for some or all) exactly where it would cost goodput. E and k are
 //      the request's measured tokens per round and tree size + 1 (before a measurement: the averages of its
@@ -120,6 +121,7 @@ struct Plan {
   std::vector<PrefillWork> prefill;   // admission order
   std::vector<DecodeWork> decode;     // arrival order
   int batch = 0;                      // decode.size()
+  double mean_context = 0;            // the decoding requests' committed tokens, averaged (what steps are priced at)
 };
 
 Plan schedule(const SchedulerState& state);

@@ -48,9 +48,11 @@ struct TreeParams {
   int draft_len = 4;    // Chain: number of nodes
   float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
   DraftFilter filter;     // sampling: the request's top-k / top-p / min-p, applied to q too (draft_source.h)
-  // Optional load-adaptive threshold: max(theta, adaptive_theta(*cost_model, batch, 1 + nodes, 1 + sum survivals)).
+  // Optional load-adaptive threshold: max(theta, adaptive_theta(*cost_model, batch, 1 + nodes, 1 + sum survivals,
+  // context)); context: the request's committed tokens (< 0: priced at the curve's own context).
   const CostModel* cost_model = nullptr;
   int batch = 1;
+  int context = -1;
   // TEST ONLY (negative control): called with the q of each sampled draw after it is made; returning false
   // discards the draw and closes its parent's slot. This peeks at the drawn value and breaks losslessness;
   // tests/spec uses it to show that the exact-enumeration test detects such a rule. Never set it elsewhere.

@@ -1,6 +1,7 @@
 #include "spec/theta_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -24,6 +25,11 @@ void CostModel::validate() const {
            "cost model: fixed_ms_by_batch must be empty or hold one cost per batch (", batches.size(), "), got ",
            fixed_ms_by_batch.size());
   for (double v : fixed_ms_by_batch) TS_CHECK(v >= 0, "cost model: fixed costs must be >= 0 ms, got ", v);
+  TS_CHECK(context >= 0, "cost model: context must be >= 0, got ", context);
+  TS_CHECK(ms_per_context_seq >= 0 && ms_per_context_row >= 0 && std::isfinite(ms_per_context_seq) &&
+               std::isfinite(ms_per_context_row),
+           "cost model: context slopes must be finite and >= 0, got ", ms_per_context_seq, " and ",
+           ms_per_context_row);
 }
 
 namespace {
@@ -49,6 +55,14 @@ double CostModel::cost_ms(int batch, int k) const {
   return (1 - w) * row_cost(*this, i - 1, k) + w * row_cost(*this, i, k);
 }
 
+double CostModel::cost_ms(int batch, double k, double ctx) const {
+  const int k0 = std::max(1, static_cast<int>(k));
+  const double w = k - k0;
+  const double base = w > 0 ? (1 - w) * cost_ms(batch, k0) + w * cost_ms(batch, k0 + 1) : cost_ms(batch, k0);
+  if (context <= 0 || ctx <= context) return base;
+  return base + batch * (ctx - context) * (ms_per_context_seq + ms_per_context_row * std::max(0.0, k - 1));
+}
+
 double CostModel::fixed_cost_ms(int batch) const {
   if (fixed_ms_by_batch.empty() || fixed_ms_by_batch.size() != batches.size()) return std::max(0.0, fixed_ms);
   if (batch <= batches.front()) return fixed_ms_by_batch.front();
@@ -59,26 +73,22 @@ double CostModel::fixed_cost_ms(int batch) const {
   return (1 - w) * fixed_ms_by_batch[i - 1] + w * fixed_ms_by_batch[i];
 }
 
-bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens) {
-  const double plain = cost.cost_ms(batch, 1);
-  const double round = cost.cost_ms(batch, std::max(1, k)) + cost.fixed_cost_ms(batch);
+bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens, double ctx) {
+  const double plain = cost.cost_ms(batch, 1.0, ctx);
+  const double round = cost.cost_ms(batch, std::max(1, k), ctx) + cost.fixed_cost_ms(batch);
   return plain > 0 && round > 0 && expected_tokens / round >= 1.0 / plain;
 }
 
-double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting) {
+double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting, double ctx) {
   TS_CHECK(batch >= 1 && rows >= batch, "step cost: need batch >= 1 and rows >= batch, got ", batch, " and ", rows);
-  const double per_seq = rows / batch;
-  const int k0 = static_cast<int>(per_seq);
-  const double w = per_seq - k0;
-  const double forward = w > 0 ? (1 - w) * cost.cost_ms(batch, k0) + w * cost.cost_ms(batch, k0 + 1)
-                               : cost.cost_ms(batch, k0);
-  return forward + (drafting > 0 ? cost.fixed_cost_ms(drafting) : 0.0);
+  return cost.cost_ms(batch, rows / batch, ctx) + (drafting > 0 ? cost.fixed_cost_ms(drafting) : 0.0);
 }
 
-double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far) {
+double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far,
+                      double ctx) {
   TS_CHECK(tree_size_so_far >= 1, "adaptive theta: the tree holds at least the anchor, got size ", tree_size_so_far);
-  const double now = cost.cost_ms(batch, tree_size_so_far);
-  const double next = cost.cost_ms(batch, tree_size_so_far + 1);
+  const double now = cost.cost_ms(batch, tree_size_so_far, ctx);
+  const double next = cost.cost_ms(batch, tree_size_so_far + 1, ctx);
   TS_CHECK(now > 0, "adaptive theta: cost model gives ", now, " ms for k = ", tree_size_so_far, ", expected > 0");
   return std::max(0.0, (next - now) * expected_tokens_so_far / (now + cost.fixed_cost_ms(batch)));
 }

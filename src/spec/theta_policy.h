@@ -27,12 +27,26 @@ struct CostModel {
   // Optional, per measured batch: the round's fixed cost at that batch (the drafter's one batched forward over b
   // blocks). [B] or empty; when set it replaces fixed_ms. Interpolated in the batch like the curve.
   std::vector<double> fixed_ms_by_batch;
+  // Optional context term. `ms` is measured at `context` committed tokens per sequence (0: unknown, no term). A
+  // forward over a longer context pays attention over the extra keys: per sequence, ms_per_context_seq per
+  // context token for its first row (streaming its K/V) and ms_per_context_row more per token for each further
+  // row (the dot products), so
+  //   L(b, k, ctx) = L(b, k) + b * (ctx - context) * (ms_per_context_seq + ms_per_context_row * (k - 1)),
+  // which is linear in k and in ctx as attention is (measured at batch 1, two contexts: cost_curve.h). Without
+  // it a curve measured at 256 tokens prices a node at 900 at half its cost and grows trees too big there.
+  // Only contexts longer than `context` are priced up; shorter ones keep the curve's own costs (a fitted slope
+  // extrapolated down could price an extra row below nothing).
+  int context = 0;
+  double ms_per_context_seq = 0, ms_per_context_row = 0;  // >= 0
 
   // Throws ts::Error unless the shapes and orders above hold.
   void validate() const;
   // Piecewise linear in k (extrapolated with the last segment's slope beyond the table, the first below it) and
   // in the batch between measured batches (clamped to the first/last measured batch outside them).
   double cost_ms(int batch, int k) const;
+  // The same at k tokens per sequence (fractional: interpolated between whole k) and `ctx` committed tokens per
+  // sequence (the context term above; ctx <= context or no term: the curve alone).
+  double cost_ms(int batch, double k, double ctx) const;
   // The round's fixed cost at this batch: fixed_ms_by_batch interpolated, else fixed_ms.
   double fixed_cost_ms(int batch) const;
 };
@@ -40,17 +54,19 @@ struct CostModel {
 // The threshold above for a tree whose verify forward currently holds tree_size_so_far tokens per sequence (the
 // anchor counts: a root-only tree has 1) and emits expected_tokens_so_far = 1 + sum of survivals. Never negative.
 // The fixed cost is fixed_cost_ms(batch).
-double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far);
+// ctx: the request's committed tokens (the context term; < 0: priced at the curve's own context).
+double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far,
+                      double ctx = -1);
 
 // Whether speculating pays at this batch: a round with k tokens per sequence (anchor included) that emits
 // expected_tokens tokens gives expected_tokens / (L(b, k) + F(b)) tokens per ms per sequence; plain decoding gives
 // 1 / L(b, 1). True iff the first is at least the second (the serving policy switches speculation off otherwise).
-bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens);
+bool speculation_pays(const CostModel& cost, int batch, int k, double expected_tokens, double ctx = -1);
 
 // The modelled cost of one serving step: `batch` sequences run `rows` target rows in all (rows / batch per
 // sequence, interpolated between whole k) and `drafting` of them ran the batched drafter forward:
-//   L(batch, rows / batch) + (drafting > 0 ? fixed_cost_ms(drafting) : 0).
+//   L(batch, rows / batch, ctx) + (drafting > 0 ? fixed_cost_ms(drafting) : 0), ctx the sequences' mean context.
 // The scheduler chooses which requests speculate by this price (scheduler.h); bench engine prices steps with it.
-double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting);
+double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting, double ctx = -1);
 
 }  // namespace ts::spec

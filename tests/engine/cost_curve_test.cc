@@ -1,8 +1,11 @@
 // The measured cost curve the adaptive policy prices nodes with: the monotone clean-up and the JSON round trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "engine/cost_curve.h"
+#include "engine/tiny_pair.h"
 
 namespace ts {
 namespace {
@@ -55,8 +58,48 @@ TEST(CostCurve, JsonRoundTripAndErrors) {
   EXPECT_EQ(back.tokens, c.tokens);
   EXPECT_EQ(back.ms, c.ms);
   EXPECT_EQ(back.fixed_ms_by_batch, c.fixed_ms_by_batch);
+  EXPECT_EQ(back.context, 0);  // no context term: none written, none read
+  c.context = 256;
+  c.ms_per_context_seq = 0.0025;
+  c.ms_per_context_row = 0.00031;
+  const spec::CostModel with_term = cost_model_from_json(cost_model_to_json(c));
+  EXPECT_EQ(with_term.context, 256);
+  EXPECT_DOUBLE_EQ(with_term.ms_per_context_seq, 0.0025);
+  EXPECT_DOUBLE_EQ(with_term.ms_per_context_row, 0.00031);
+  // A file written before the term existed still loads, and prices every context at the curve's own.
+  const spec::CostModel old_file = cost_model_from_json(
+      "{\"version\": 1, \"batches\": [1], \"tokens\": [1, 2], \"ms\": [[1.0, 1.5]], \"fixed_ms\": 0.2}");
+  EXPECT_EQ(old_file.context, 0);
+  EXPECT_DOUBLE_EQ(old_file.cost_ms(1, 2.0, 4000.0), 1.5);
+  EXPECT_THROW(cost_model_from_json("{\"version\": 1, \"batches\": [1], \"tokens\": [1, 2], \"ms\": [[1.0, 1.5]], "
+                                    "\"context\": 64, \"ms_per_context_seq\": -0.1}"),
+               Error);
   EXPECT_THROW(cost_model_from_json("{\"version\": 1}"), Error);
   EXPECT_THROW(cost_model_from_json("not json"), Error);
+}
+
+// The context term is measured on a real forward: a curve at context 64 plus the slopes from 64 against 512 keys.
+// Times are the machine's, so only what must hold whatever they are is checked: the term is recorded, finite and
+// non-negative, survives the JSON file, and prices a longer context no lower.
+TEST(CostCurve, MeasuresTheContextTerm) {
+  testing::Pair pair = testing::make_pair(64, 64, 2, 4, DType::F32, 11);
+  CostCurveOptions co;
+  co.context = 64;
+  co.long_context = 512;
+  co.ks = {1, 2, 4};
+  co.reps = 2;
+  co.monotone = true;
+  const spec::CostModel cost = measure_cost_curve(*pair.target, co);
+  EXPECT_EQ(cost.context, 64);
+  EXPECT_TRUE(std::isfinite(cost.ms_per_context_seq) && cost.ms_per_context_seq >= 0);
+  EXPECT_TRUE(std::isfinite(cost.ms_per_context_row) && cost.ms_per_context_row >= 0);
+  EXPECT_GE(cost.cost_ms(1, 4.0, 512.0), cost.cost_ms(1, 4));
+  const spec::CostModel back = cost_model_from_json(cost_model_to_json(cost));
+  EXPECT_EQ(back.context, 64);
+  EXPECT_DOUBLE_EQ(back.ms_per_context_row, cost.ms_per_context_row);
+  // Without a longer context asked for, no term.
+  co.long_context = 0;
+  EXPECT_EQ(measure_cost_curve(*pair.target, co).context, 0);
 }
 
 }  // namespace

@@ -269,6 +269,36 @@ spec::CostModel serving_curve() {
   return c;
 }
 
+// The context term reaches the scheduler: the same requests that speculate at a short context stop where each
+// extra row attends over many thousand keys, and the step is priced (and logged) at the requests' mean context.
+TEST(Scheduler, LongContextsPriceSpeculationOff) {
+  spec::CostModel curve;
+  curve.batches = {1, 8};
+  curve.tokens = {1, 2, 4, 8, 16};
+  curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};
+  curve.context = 256;
+  curve.ms_per_context_seq = 0.001;
+  curve.ms_per_context_row = 0.001;
+  curve.validate();
+  auto at_context = [&](int ctx) {
+    SchedulerState st = adaptive_decoding(2, /*max_batch=*/8, curve, 2.0, 4);
+    for (SeqView& s : st.seqs) s.context_len = ctx, s.max_context = ctx + 100;
+    return st;
+  };
+  auto speculating = [](const Plan& p) {
+    int n = 0;
+    for (const DecodeWork& d : p.decode) n += d.speculate;
+    return n;
+  };
+  const Plan short_plan = schedule(at_context(300));
+  EXPECT_EQ(speculating(short_plan), 2);
+  EXPECT_DOUBLE_EQ(short_plan.mean_context, 300);
+  const Plan long_plan = schedule(at_context(8000));
+  EXPECT_EQ(speculating(long_plan), 0);
+  EXPECT_GT(long_plan.decode[0].theta, short_plan.decode[0].theta);
+  EXPECT_NEAR(long_plan.decode[0].theta, spec::adaptive_theta(curve, 2, 1, 1.0, 8000), 1e-12);
+}
+
 TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
   const spec::CostModel curve = serving_curve();
   double previous_theta = -1;

@@ -66,6 +66,40 @@ TEST(ThetaPolicy, InterpolatesAcrossBatchAndExtrapolatesInK) {
   EXPECT_LT(adaptive_theta(m, 1, 2, 1.5), adaptive_theta(m, 9, 2, 1.5));
 }
 
+// The context term: contexts up to the curve's own cost what the curve says; longer ones add attention, linear in
+// the extra context and in the rows (b * (ctx - context) * (seq + row * (k - 1))), so a node at a long context is
+// priced higher and the threshold rises with the context.
+TEST(ThetaPolicy, LongerContextsPriceNodesHigher) {
+  CostModel m = affine(10, 0.2);
+  EXPECT_DOUBLE_EQ(m.cost_ms(1, 4.0, 5000.0), m.cost_ms(1, 4));  // no term measured: the curve alone
+  m.context = 256;
+  m.ms_per_context_seq = 0.002;
+  m.ms_per_context_row = 0.0005;
+  m.validate();
+  EXPECT_DOUBLE_EQ(m.cost_ms(1, 4.0, 100.0), m.cost_ms(1, 4));  // shorter: the curve's own cost
+  EXPECT_DOUBLE_EQ(m.cost_ms(1, 4.0, -1.0), m.cost_ms(1, 4));
+  EXPECT_NEAR(m.cost_ms(1, 4.0, 1256.0), m.cost_ms(1, 4) + 1000 * (0.002 + 0.0005 * 3), 1e-12);
+  EXPECT_NEAR(m.cost_ms(2, 4.0, 1256.0), m.cost_ms(2, 4) + 2 * 1000 * (0.002 + 0.0005 * 3), 1e-12);
+  EXPECT_NEAR(m.cost_ms(1, 2.5, 1256.0), 0.5 * (m.cost_ms(1, 2) + m.cost_ms(1, 3)) + 1000 * (0.002 + 0.0005 * 1.5),
+              1e-12);
+  // The rule at a long context is the same rule on the context's own curve.
+  const double at_long = adaptive_theta(m, 1, 3, 2.5, 1256);
+  const double now = m.cost_ms(1, 3.0, 1256.0), next = m.cost_ms(1, 4.0, 1256.0);
+  EXPECT_NEAR(at_long, (next - now) * 2.5 / now, 1e-12);
+  EXPECT_DOUBLE_EQ(adaptive_theta(m, 1, 3, 2.5, 200), adaptive_theta(m, 1, 3, 2.5));
+  double previous = adaptive_theta(m, 1, 3, 2.5, 256);
+  for (int ctx : {512, 1024, 4096, 16384}) {
+    const double theta = adaptive_theta(m, 1, 3, 2.5, ctx);
+    EXPECT_GT(theta, previous) << ctx;
+    previous = theta;
+  }
+  EXPECT_NEAR(step_cost_ms(m, 2, 5.0, 1, 1256), m.cost_ms(2, 2.5, 1256.0) + m.fixed_cost_ms(1), 1e-12);
+  EXPECT_TRUE(speculation_pays(m, 1, 4, 1.5, 256));
+  EXPECT_FALSE(speculation_pays(m, 1, 4, 1.5, 16384));  // attention over 16k keys per extra row: no longer pays
+  m.ms_per_context_row = -1e-4;
+  EXPECT_THROW(m.validate(), Error);
+}
+
 TEST(ThetaPolicy, RejectsBadTables) {
   CostModel m = affine(1, 1);
   m.ms.pop_back();

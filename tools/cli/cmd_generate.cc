@@ -51,7 +51,7 @@ spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir,
   std::error_code ec;
   const std::string key = cat(fs::weakly_canonical(model_dir, ec).string(), "|", bundle.target->weight_bytes(), "|",
                               cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", load_batch, "|k",
-                              policy_token_counts().size());
+                              policy_token_counts().size(), "|ctx-term");
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   const fs::path dir = xdg && *xdg ? fs::path(xdg) / "treespark" : fs::path(home && *home ? home : "/tmp") / ".cache/treespark";
@@ -73,6 +73,7 @@ spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir,
   co.reps = 7;  // measured once per machine and cached: worth the steadier medians
   co.ks = policy_token_counts();
   co.monotone = true;
+  co.long_context = 1024;  // the context term: how a node's price grows with the request's context
   spec::CostModel cost = measure_cost_curve(*bundle.target, co);
   cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
   fs::create_directories(dir, ec);
