@@ -48,6 +48,21 @@ void make_monotone_in_k(spec::CostModel& cost) {
 
 namespace {
 
+// Commits `tokens` tokens (ids from `salt`) to an empty cache, in prefill chunks of 128.
+void fill_context(TargetModel& model, KVCache& cache, int tokens, int salt) {
+  const int vocab = model.config().vocab_size;
+  for (int start = 0; start < tokens; start += 128) {
+    ForwardBatch fb;
+    ForwardResult fr;
+    for (int i = start; i < std::min(tokens, start + 128); ++i) {
+      fb.tokens.push_back((i * 7919 + salt) % vocab);
+      fb.positions.push_back(i);
+    }
+    model.forward(fb, {&cache}, &fr);
+    cache.commit_all();
+  }
+}
+
 // The context term of L (spec::CostModel::context): one sequence filled to opt.context and one to opt.long_context,
 // k = 1 and k = max_k timed on both, alternated rep by rep so drift hits both contexts alike. The slopes follow
 // from the two differences: per context token ms_per_context_seq = d(k=1), ms_per_context_row = (d(max_k) -
@@ -60,16 +75,7 @@ void fit_context_term(TargetModel& model, const CostCurveOptions& opt, int max_k
   std::vector<KVCache> caches;
   for (int ctx : contexts) {
     caches.push_back(model.new_cache(ctx + max_k));
-    for (int start = 0; start < ctx; start += 128) {
-      ForwardBatch fb;
-      ForwardResult fr;
-      for (int i = start; i < std::min(ctx, start + 128); ++i) {
-        fb.tokens.push_back((i * 7919 + 3) % c.vocab_size);
-        fb.positions.push_back(i);
-      }
-      model.forward(fb, {&caches.back()}, &fr);
-      caches.back().commit_all();
-    }
+    fill_context(model, caches.back(), ctx, 0);
   }
   const int ks[2] = {1, max_k};
   std::vector<double> times[2][2];  // [context][k] ms
@@ -113,19 +119,7 @@ spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& o
     for (int s = 0; s < b; ++s) caches.push_back(model.new_cache(opt.context + max_k));
     std::vector<KVCache*> ptrs;
     for (auto& cache : caches) ptrs.push_back(&cache);
-    // Fill each sequence's context once, in chunks of 128 tokens.
-    for (int s = 0; s < b; ++s) {
-      for (int start = 0; start < opt.context; start += 128) {
-        ForwardBatch fb;
-        ForwardResult fr;
-        for (int i = start; i < std::min(opt.context, start + 128); ++i) {
-          fb.tokens.push_back((i * 7919 + s) % c.vocab_size);
-          fb.positions.push_back(i);
-        }
-        model.forward(fb, {ptrs[s]}, &fr);
-        ptrs[s]->commit_all();
-      }
-    }
+    for (int s = 0; s < b; ++s) fill_context(model, *ptrs[s], opt.context, s);
     // Round-robin over k within each repetition (not all of k = 1's runs, then all of k = 2's, ...): the machine's
     // load drifts over seconds, and the policy prices nodes by the curve's shape, so each point's runs should
     // see the same mix of quiet and busy moments as its neighbours'.
