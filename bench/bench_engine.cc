@@ -224,8 +224,9 @@ int bench_engine(int argc, char** argv) {
         const std::array<double, 6>& v = *t;
         if (v[0] == 0) continue;
         std::printf("      %s steps at batch %d: %.0f, ms per step: all %.3f = forward %.3f + draft %.3f + "
-                    "expand %.3f + verify %.3f + other %.3f\n", t == &r.all_plain ? "plain" : "speculating", c, v[0], v[1] / v[0],
-                    v[2] / v[0], v[3] / v[0], v[4] / v[0], v[5] / v[0], (v[1] - v[2] - v[3] - v[4] - v[5]) / v[0]);
+                    "expand %.3f + verify %.3f + other %.3f\n",
+                    t == &r.all_plain ? "plain" : "speculating", c, v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0],
+                    v[4] / v[0], v[5] / v[0], (v[1] - v[2] - v[3] - v[4] - v[5]) / v[0]);
       }
       nlohmann::json by_batch = nlohmann::json::array();
       for (const auto& [b, v] : r.by_batch)

@@ -296,7 +296,8 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     s.heap.pop_back();
     double log_threshold = log_theta;
     if (!chain && params.cost_model) {
-      const double dynamic = adaptive_theta(*params.cost_model, params.batch, tree.size(), expected_tokens, params.context);
+      const double dynamic =
+          adaptive_theta(*params.cost_model, params.batch, tree.size(), expected_tokens, params.context);
       log_threshold = std::max(log_threshold, std::log(dynamic));
     }
     if (slot.log_bound < log_threshold) break;  // every other slot's bound is no higher

@@ -308,12 +308,11 @@ constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 #endif
 // 6-16 rows (a tree verify: several passes per chunk on either width): 16 KiB chunks, prefetched two chunks ahead
 // into L2. 0.5B model forward, ctx 512, 2 threads, Xeon 6/167, against 64 KiB chunks one ahead, alternated 3 times
-// each: avx2
-// k=7 64.0-67.4 -> 62.1-63.3 ms, k=8 67.4-72.0 -> 66.4-69.7 (two sets), k=12 88.0-90.5 -> 85.8-89.2, k=16
-// 113.9-118.3 -> 111.7-114.2; avx512 k=8 56.3-57.3 -> 54.4-56.3, k=16 77.4-78.7 -> 73.7-77.2; 8 KiB chunks (avx2)
-// no better than 64. With them for every row count a 128-token prefill measured 10-20% slower in one run (not
-// told apart from the host's drift), so longer batches keep 64 KiB chunks. Chunking never changes a row's arithmetic (partial sums go through
-// y exactly).
+// each: avx2 k=7 64.0-67.4 -> 62.1-63.3 ms, k=8 67.4-72.0 -> 66.4-69.7 (two sets), k=12 88.0-90.5 -> 85.8-89.2,
+// k=16 113.9-118.3 -> 111.7-114.2; avx512 k=8 56.3-57.3 -> 54.4-56.3, k=16 77.4-78.7 -> 73.7-77.2; 8 KiB chunks
+// (avx2) no better than 64. With them for every row count a 128-token prefill measured 10-20% slower in one run
+// (not told apart from the host's drift), so longer batches keep 64 KiB chunks. Chunking never changes a row's
+// arithmetic (partial sums go through y exactly).
 constexpr ChunkPlan kBf16ManyRowChunks = {64, 2};
 inline bool many_row_chunks(int rows) { return rows >= 6 && rows <= 16; }
 
