@@ -289,17 +289,26 @@ StepReport Engine::step() {
   sched_ms += now_ms() - t_update;
   report.schedule_ms = sched_ms;
   report.step_ms = now_ms() - t0;
+  report.probe = plan.probe;
   if (sched_.config.cost && report.prefill_requests == 0 && report.batch > 0 && report.forward_rows >= report.batch) {
-    int drafting = 0;
-    for (const RoundDecision& d : report.decisions) drafting += d.speculate;
+    sched::StepObservation seen;
+    seen.batch = report.batch;
+    for (const RoundDecision& d : report.decisions) seen.drafting += d.speculate;
+    seen.probe = plan.probe;
+    seen.actual_ms = report.step_ms;
     try {
-      sched::observe_step(sched_, drafting, report.step_ms,
-                          spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, drafting,
-                                             plan.mean_context));
+      seen.modelled_ms = spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
+                                            plan.mean_context);
+      report.modelled_ms = seen.modelled_ms + sched::plain_residual_ms(sched_, report.batch) +
+                           seen.drafting * sched::draft_residual_ms(sched_, report.batch);
+      sched::observe_step(sched_, seen);
     } catch (const std::exception&) {
       // a cost model that cannot price this step teaches nothing
     }
   }
+  metrics_.decode_steps = sched_.decode_steps;
+  metrics_.speculative_steps = sched_.speculative_steps;
+  metrics_.probe_steps = sched_.probe_steps;
   ++metrics_.steps;
   metrics_.step_ms_total += report.step_ms;
   metrics_.schedule_ms_total += sched_ms;

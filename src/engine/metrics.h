@@ -48,6 +48,10 @@ struct EngineMetrics {
   // spec_decode_num_accepted_tokens_per_pos{position=p}).
   std::vector<int64_t> spec_decode_num_accepted_tokens_per_pos;
   int64_t steps = 0;
+  // Steps that decoded (some request made a token without prefilling), those in which some request speculated,
+  // and the policy's probes among them (rounds run to re-measure prices that kept speculation off: scheduler.h).
+  // speculative_steps / decode_steps is the share of steps that speculated.
+  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0;
   double step_ms_total = 0;       // wall time inside Engine::step()
   double schedule_ms_total = 0;   // of which the scheduler's own work (schedule + update + bookkeeping)
 
@@ -73,6 +77,10 @@ struct StepReport {
   int prefill_tokens = 0;
   int forward_rows = 0;      // rows of the one target forward
   double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
+  // What the policy predicted this decode-only step would cost (the cost model plus the residuals it had learned
+  // before the step); 0 when unpriced (no cost model, or prefill in the step).
+  double modelled_ms = 0;
+  bool probe = false;        // the step speculated to explore, not because it paid (scheduler.h)
   std::vector<RoundDecision> decisions;  // one per decoding request
 };
 

@@ -14,7 +14,39 @@ int64_t reserved_rows(const SchedulerState& state) {
   return rows;
 }
 
+void ResidualWindow::add(double x) {
+  values[next] = x;
+  next = (next + 1) % kSize;
+  count = std::min(count + 1, kSize);
+}
+
+double ResidualWindow::estimate() const {
+  if (count == 0) return 0;
+  double sorted[kSize];
+  std::copy(values, values + count, sorted);
+  std::sort(sorted, sorted + count);
+  return sorted[(count - 1) / 2];  // the lower median: with two values, the smaller (the policy then measures)
+}
+
+int batch_bucket(int batch) {
+  int bucket = 0;
+  for (int b = std::max(1, batch); b > 1 && bucket + 1 < kBatchBuckets; b >>= 1) ++bucket;
+  return bucket;
+}
+
+double plain_residual_ms(const SchedulerState& state, int batch) {
+  return state.plain_residual[batch_bucket(batch)].estimate();
+}
+
+double draft_residual_ms(const SchedulerState& state, int batch) {
+  return state.draft_residual[batch_bucket(batch)].estimate();
+}
+
 namespace {
+
+int current_probe_interval(const SchedulerState& st) {
+  return st.probe_interval > 0 ? st.probe_interval : st.config.probe_interval;
+}
 
 bool can_speculate(const SchedulerConfig& c, const SeqView& s) {
   // A round needs room for a whole block after the anchor (the anchor sits at position context_len).
@@ -135,8 +167,8 @@ Plan schedule(const SchedulerState& state) {
     });
     double rows = base_rows, tokens = base_tokens, best_rate = -1;
     size_t best = 0;
-    const double plain_extra = state.plain_observed >= kMinObservedSteps ? state.plain_residual_ms : 0.0;
-    const double draft_extra = state.draft_observed >= kMinObservedSteps ? state.draft_residual_ms : 0.0;
+    const double plain_extra = plain_residual_ms(state, plan.batch);
+    const double draft_extra = draft_residual_ms(state, plan.batch);
     for (size_t j = 0; j <= candidates.size(); ++j) {
       const int drafting = base_drafting + int(j);
       const double step_ms =
@@ -148,23 +180,41 @@ Plan schedule(const SchedulerState& state) {
         tokens += candidates[j].extra_tokens;
       }
     }
+    plan.adaptive_candidates = int(candidates.size());
+    plan.policy_speculates = best > 0;
+    // Exploration: nothing paid for probe_interval steps in a row, so the most efficient candidate speculates
+    // anyway and its round re-measures the prices that kept it off.
+    const int interval = current_probe_interval(state);
+    if (best == 0 && interval > 0 && state.steps_without_draft >= interval) {
+      best = 1;
+      plan.probe = true;
+      plan.decode[candidates[0].index].probe = true;
+    }
     for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
   }
   return plan;
 }
 
-void observe_step(SchedulerState& state, int drafting, double actual_ms, double modelled_ms) {
-  constexpr double kWeight = 0.1;
-  if (!(actual_ms > 0) || !(modelled_ms > 0)) return;
-  const double residual = actual_ms - modelled_ms;
-  auto ema = [&](double& avg, int& n, double x) {
-    avg = n == 0 ? x : (1 - kWeight) * avg + kWeight * x;
-    ++n;
-  };
-  if (drafting == 0) {
-    ema(state.plain_residual_ms, state.plain_observed, residual);
+void observe_step(SchedulerState& state, const StepObservation& step) {
+  if (!(step.actual_ms > 0) || !(step.modelled_ms > 0) || step.batch < 1) return;
+  const int bucket = batch_bucket(step.batch);
+  const double residual = step.actual_ms - step.modelled_ms;
+  if (step.drafting == 0) {
+    if (state.plain_observed++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
+    return;
+  }
+  const double per_request = std::max(0.0, (residual - plain_residual_ms(state, step.batch)) / step.drafting);
+  const double estimate_before = draft_residual_ms(state, step.batch);
+  const bool held_before = state.draft_residual[bucket].count > 0;
+  if (state.draft_observed++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
+  if (!step.probe) return;
+  // A probe that found rounds cheaper than the estimate it tested looks again soon; one that confirmed it backs
+  // off, so where speculation does not pay the probes' cost shrinks toward one round per max_probe_interval steps.
+  const SchedulerConfig& c = state.config;
+  if (held_before && per_request >= estimate_before) {
+    state.probe_interval = std::min(std::max(c.probe_interval, c.max_probe_interval), 2 * current_probe_interval(state));
   } else {
-    ema(state.draft_residual_ms, state.draft_observed, std::max(0.0, (residual - state.plain_residual_ms) / drafting));
+    state.probe_interval = c.probe_interval;
   }
 }
 
@@ -178,6 +228,22 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
   std::vector<RequestId> gone(plan.evict.begin(), plan.evict.end());
   for (RequestId id : plan.admit)
     if (SeqView* s = find(id); s && s->phase == Phase::Waiting) s->phase = Phase::Prefill;
+  // Exploration bookkeeping (schedule() step 6) and the step counters.
+  if (plan.batch > 0) {
+    ++state.decode_steps;
+    bool drafted = false;
+    for (const DecodeWork& d : plan.decode) drafted |= d.speculate;
+    state.speculative_steps += drafted;
+    state.probe_steps += plan.probe;
+  }
+  if (plan.policy_speculates) {
+    state.steps_without_draft = 0;
+    state.probe_interval = state.config.probe_interval;
+  } else if (plan.probe) {
+    state.steps_without_draft = 0;
+  } else if (plan.adaptive_candidates > 0) {
+    ++state.steps_without_draft;
+  }
   const double w = state.config.ema_weight;
   for (const SeqOutcome& o : outcomes) {
     SeqView* s = find(o.id);

@@ -14,8 +14,8 @@
 //      prompt is cut into chunks and never stalls the decoding requests for more than one chunk's cost;
 //   5. prices each decoding request's tree for this step (theta_policy.h): with a cost model and an adaptive
 //      request, theta = max(theta floor, the price of the first node at batch b), and the set of adaptive requests
-//      that speculate is the one with the best modelled token rate, tokens / step_cost_ms(b, rows, drafting, the
-//      requests' mean context):
+//      that speculate is the one with the best modelled token rate, tokens / (step_cost_ms(b, rows, drafting, the
+//      requests' mean context) + the measured residuals below):
 //      candidates are added most efficient first ((E - 1) / (k - 1) extra tokens per extra row) and every prefix
 //      is priced, so speculation switches off (for some or all) exactly where it would cost goodput. E and k are
 //      the request's measured tokens per round and tree size + 1 (before a measurement: the averages of its
@@ -23,6 +23,17 @@
 //      kept off is re-priced optimistically (its class's E or the prior, whichever is larger) every
 //      probe_interval plain steps, so a stale pessimistic measurement cannot keep it off for good. The averages
 //      start from the prior.
+//   6. explores: every price is learned, and a price learned wrong must not keep speculation off for good. When
+//      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
+//      efficient candidate speculates whatever the price says, and its round is measured like any other. The
+//      interval starts at config.probe_interval, is reset whenever the policy speculates by itself or a probe
+//      measures a round cheaper than the estimate it tested, and doubles (up to max_probe_interval) after a probe
+//      that confirms the estimate. Where speculation truly does not pay, exploration costs at most one round of
+//      one request every max_probe_interval + 1 steps.
+// The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
+// (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
+// first kResidualWarmupSteps steps of each kind are dropped (cold caches, first touch, one-off table builds); one
+// outlier moves neither, and a bucket not measured yet adds nothing (the policy then measures it).
 // Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
 #pragma once
 
@@ -71,7 +82,26 @@ struct SchedulerConfig {
   // A request the policy keeps from speculating gets one probe round after this many plain decode steps, so its
   // tokens per round stay measured and speculation comes back when it pays again (0 = never probe).
   int probe_interval = 8;
+  // The longest the probe interval grows while probes keep confirming that speculation does not pay (step 6
+  // above), >= probe_interval.
+  int max_probe_interval = 64;
 };
+
+// A robust running estimate of one residual: the lower median of the last kSize observations (ring buffer).
+struct ResidualWindow {
+  static constexpr int kSize = 7;
+  double values[kSize] = {};  // [kSize] the newest observations, oldest overwritten first
+  int count = 0;              // observations held, <= kSize
+  int next = 0;               // where the next one goes
+  void add(double x);
+  double estimate() const;    // the lower median of the held values; 0 when none
+};
+
+// Residuals are kept per live-batch bucket: 1, 2-3, 4-7, 8-15, 16+.
+constexpr int kBatchBuckets = 5;
+int batch_bucket(int batch);
+// The process's first steps of each kind (plain, drafting) teach nothing: they pay for cold caches.
+constexpr int kResidualWarmupSteps = 2;
 
 struct SchedulerState {
   SchedulerConfig config;
@@ -81,20 +111,34 @@ struct SchedulerState {
   // A request not measured yet starts from these (then from the config's prior).
   double class_tokens_per_round[2] = {0, 0};
   double class_nodes_per_round[2] = {0, 0};
-  // What the cost model leaves out, measured from the engine's own steps (observe_step): the ms every decode step
-  // takes beyond the modelled forward, and per drafting request the ms a round takes beyond its modelled forward
-  // and F(n) (tree growth, verification, drafter context, bookkeeping). The policy adds both to its prices, so a
-  // pair whose rounds cost more than the curve says stops speculating where that loses goodput.
-  double plain_residual_ms = 0;
-  double draft_residual_ms = 0;  // per drafting request, >= 0
-  int plain_observed = 0, draft_observed = 0;
+  // What the cost model leaves out, measured from the engine's own decode-only steps (observe_step), per batch
+  // bucket: the ms every decode step takes beyond the modelled forward, and per drafting request the ms a round
+  // takes beyond its modelled forward and F(n) (tree growth, verification, drafter context, bookkeeping). The
+  // policy adds both to its prices, so a pair whose rounds cost more than the curve says stops speculating where
+  // that loses goodput.
+  ResidualWindow plain_residual[kBatchBuckets];
+  ResidualWindow draft_residual[kBatchBuckets];  // per drafting request, >= 0
+  int plain_observed = 0, draft_observed = 0;    // steps offered to observe_step, warm-up included
+  // Exploration (step 6 of schedule()).
+  int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
+  int probe_interval = 0;       // the current interval; 0 = config.probe_interval
+  // Counters for metrics: decode steps, those in which some request speculated, and probes among them.
+  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0;
 };
 
-// Feeds one executed decode-only step back: `drafting` requests speculated, the step took actual_ms, the cost
-// model predicted modelled_ms (step_cost_ms for the rows it ran). Exponential moving averages (weight 0.1);
-// schedule() uses them after kMinObservedSteps steps of each kind.
-constexpr int kMinObservedSteps = 3;
-void observe_step(SchedulerState& state, int drafting, double actual_ms, double modelled_ms);
+// One executed decode-only step, fed back: `batch` requests decoded, `drafting` of them speculated, the step took
+// actual_ms where the cost model predicted modelled_ms (step_cost_ms for the rows it ran); `probe`: the plan's.
+struct StepObservation {
+  int batch = 0;
+  int drafting = 0;
+  bool probe = false;
+  double actual_ms = 0, modelled_ms = 0;
+};
+void observe_step(SchedulerState& state, const StepObservation& step);
+
+// The residuals schedule() adds at this live batch: plain, per step; draft, per drafting request.
+double plain_residual_ms(const SchedulerState& state, int batch);
+double draft_residual_ms(const SchedulerState& state, int batch);
 
 // KV rows reserved by admitted (Prefill / Decode) requests.
 int64_t reserved_rows(const SchedulerState& state);
@@ -112,6 +156,7 @@ struct DecodeWork {
   int pricing_batch = 1;    // the batch the adaptive theta prices nodes at (the live batch b)
   bool adaptive = false;    // expansion prices nodes with the engine's cost model at pricing_batch
   double theta = 0;         // the first node's threshold (logged; expansion recomputes it per node)
+  bool probe = false;       // speculates because the step explores (schedule() step 6), not because it paid
 };
 
 struct Plan {
@@ -122,6 +167,9 @@ struct Plan {
   std::vector<DecodeWork> decode;     // arrival order
   int batch = 0;                      // decode.size()
   double mean_context = 0;            // the decoding requests' committed tokens, averaged (what steps are priced at)
+  int adaptive_candidates = 0;        // adaptive requests that could speculate this step
+  bool policy_speculates = false;     // the policy chose speculation for some of them by price
+  bool probe = false;                 // none paid, and one speculates to explore (schedule() step 6)
 };
 
 Plan schedule(const SchedulerState& state);

@@ -84,6 +84,12 @@ BackendMetrics EngineBackend::metrics() const {
   b.gauges.emplace_back("spec_decode_predicted_tokens_total", m.spec_decode_predicted_tokens);
   b.gauges.emplace_back("kv_budget_bytes", double(m.kv_budget_bytes));
   b.gauges.emplace_back("engine_steps", double(m.steps));
+  // The load-adaptive policy: decode steps, those that speculated (and their share), and its probes among them.
+  b.gauges.emplace_back("engine_decode_steps", double(m.decode_steps));
+  b.gauges.emplace_back("spec_decode_steps", double(m.speculative_steps));
+  b.gauges.emplace_back("spec_decode_probe_steps", double(m.probe_steps));
+  b.gauges.emplace_back("spec_decode_step_share",
+                        m.decode_steps > 0 ? double(m.speculative_steps) / double(m.decode_steps) : 0.0);
   b.gauges.emplace_back("engine_step_seconds_total", m.step_ms_total / 1e3);
   b.gauges.emplace_back("engine_schedule_seconds_total", m.schedule_ms_total / 1e3);
   std::lock_guard<std::mutex> lock(step_mutex_);

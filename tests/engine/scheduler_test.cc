@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "engine/scheduler.h"
@@ -239,22 +240,52 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
     for (const DecodeWork& d : p.decode) n += d.speculate;
     return n;
   };
+  auto observe = [](SchedulerState& st, int batch, int drafting, double actual, double modelled) {
+    StepObservation o;
+    o.batch = batch, o.drafting = drafting, o.actual_ms = actual, o.modelled_ms = modelled;
+    observe_step(st, o);
+  };
   for (int b : {1, 8}) {
     SchedulerState st = state_with(b);
     EXPECT_EQ(speculating(schedule(st)), b) << "on the curve alone every request speculates (b = " << b << ")";
     // Steps that cost what the model says: nothing changes.
-    for (int i = 0; i < 5; ++i) observe_step(st, 0, 10.0, 10.0), observe_step(st, b, 12.0, 12.0);
-    EXPECT_NEAR(st.draft_residual_ms, 0.0, 1e-12);
+    for (int i = 0; i < 5; ++i) observe(st, b, 0, 10.0, 10.0), observe(st, b, b, 12.0, 12.0);
+    EXPECT_NEAR(draft_residual_ms(st, b), 0.0, 1e-12);
     EXPECT_EQ(speculating(schedule(st)), b);
     // Rounds that take 30 ms more per drafting request than modelled: off.
-    for (int i = 0; i < 40; ++i) observe_step(st, 0, 10.0, 10.0), observe_step(st, b, 12.0 + 30.0 * b, 12.0);
-    EXPECT_NEAR(st.draft_residual_ms, 30.0, 0.5);
+    for (int i = 0; i < 40; ++i) observe(st, b, 0, 10.0, 10.0), observe(st, b, b, 12.0 + 30.0 * b, 12.0);
+    EXPECT_NEAR(draft_residual_ms(st, b), 30.0, 1e-9);
     EXPECT_EQ(speculating(schedule(st)), 0) << "b = " << b;
+    // The other batch bucket has not been measured: it keeps the curve's price.
+    EXPECT_EQ(draft_residual_ms(st, b == 1 ? 8 : 1), 0.0);
   }
-  // Too few observations are not trusted.
+  // The process's first steps are not trusted (cold caches), nor is one outlier among steady steps.
   SchedulerState fresh = state_with(1);
-  observe_step(fresh, 1, 1000.0, 12.0);
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 1, 1, 1000.0, 12.0);
+  EXPECT_EQ(draft_residual_ms(fresh, 1), 0.0);
   EXPECT_EQ(speculating(schedule(fresh)), 1);
+  for (int i = 0; i < 6; ++i) observe(fresh, 1, 1, 12.5, 12.0);
+  observe(fresh, 1, 1, 1000.0, 12.0);
+  EXPECT_NEAR(draft_residual_ms(fresh, 1), 0.5, 1e-9) << "the median ignores one outlier";
+  EXPECT_EQ(speculating(schedule(fresh)), 1);
+}
+
+TEST(Scheduler, ResidualWindowIsTheLowerMedianOfTheNewestObservations) {
+  ResidualWindow w;
+  EXPECT_EQ(w.estimate(), 0.0);
+  w.add(5.0);
+  EXPECT_EQ(w.estimate(), 5.0);
+  w.add(1.0);
+  EXPECT_EQ(w.estimate(), 1.0) << "two values: the lower one";
+  for (int i = 0; i < ResidualWindow::kSize; ++i) w.add(100.0);
+  EXPECT_EQ(w.estimate(), 100.0) << "old values leave the window";
+  for (int i = 0; i < ResidualWindow::kSize / 2 + 1; ++i) w.add(2.0);
+  EXPECT_EQ(w.estimate(), 2.0) << "a majority of new values moves the median";
+  EXPECT_EQ(batch_bucket(1), 0);
+  EXPECT_EQ(batch_bucket(3), 1);
+  EXPECT_EQ(batch_bucket(4), 2);
+  EXPECT_EQ(batch_bucket(15), 3);
+  EXPECT_EQ(batch_bucket(1000), kBatchBuckets - 1);
 }
 
 // L(b, k): a memory-bound forward (flat in k) at b = 1, turning compute-bound (proportional to b * k) as b grows.
@@ -378,6 +409,106 @@ TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
   ASSERT_FALSE(probe_steps.empty());
   EXPECT_EQ(probe_steps.front(), 10) << "first probe after probe_interval plain steps";
   EXPECT_GT(st.seqs[0].tokens_per_round, 1.5) << "the probe's outcome is measured";
+}
+
+// Drives `steps` decode-only steps of the state's requests through schedule / run / update / observe_step as the
+// engine does. A speculating request emits 3 tokens from a 4-node tree; a step takes extra_ms(drafting step
+// index) beyond the modelled cost when some request drafts (the index counts drafting steps so far), none
+// otherwise. Returns, per step, whether any request speculated.
+std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::function<double(int)>& extra_ms) {
+  std::vector<bool> speculated;
+  int drafting_steps = 0;
+  for (int i = 0; i < steps; ++i) {
+    const Plan p = schedule(st);
+    std::vector<SeqOutcome> out;
+    StepObservation seen;
+    seen.batch = p.batch;
+    seen.probe = p.probe;
+    int rows = 0;
+    for (const DecodeWork& d : p.decode) {
+      SeqOutcome o;
+      o.id = d.id;
+      o.speculated = d.speculate;
+      o.committed = o.tokens_emitted = d.speculate ? 3 : 1;
+      o.tree_nodes = d.speculate ? 4 : 0;
+      rows += d.speculate ? 5 : 1;
+      seen.drafting += d.speculate;
+      out.push_back(o);
+    }
+    update(st, p, out);
+    seen.modelled_ms = spec::step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
+    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : 0.0);
+    observe_step(st, seen);
+    speculated.push_back(seen.drafting > 0);
+  }
+  return speculated;
+}
+
+spec::CostModel memory_bound_curve() {
+  spec::CostModel curve;
+  curve.batches = {1, 8};
+  curve.tokens = {1, 2, 4, 8, 16};
+  curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};
+  curve.fixed_ms_by_batch = {0.5, 1.0};
+  curve.validate();
+  return curve;
+}
+
+SchedulerState one_long_request(const spec::CostModel& curve) {
+  SchedulerState st = adaptive_decoding(1, 8, curve, 3.0, 4);
+  st.seqs[0].max_context = 1 << 30;
+  return st;
+}
+
+int count(const std::vector<bool>& v, size_t from = 0) { return int(std::count(v.begin() + from, v.end(), true)); }
+
+// The issue a server met: its first drafting steps were slow (cold caches, one-off table builds), the learned
+// residual priced speculation out, and nothing ever drafted again to correct it. Now the slow start is partly
+// dropped as warm-up, the rest is outvoted by probes, and speculation comes back for good.
+TEST(Scheduler, SlowFirstDraftingStepsDoNotSwitchSpeculationOffForGood) {
+  const spec::CostModel curve = memory_bound_curve();
+  for (int slow_steps : {3, 6}) {
+    SchedulerState st = one_long_request(curve);
+    const std::vector<bool> speculated =
+        simulate_policy(st, 600, [&](int i) { return i < slow_steps ? 200.0 : 0.3; });
+    // The slow steps did switch it off for a while...
+    const auto first_off = std::find(speculated.begin(), speculated.end(), false);
+    ASSERT_NE(first_off, speculated.end()) << "slow_steps " << slow_steps;
+    // ...and it is back: every one of the last 200 steps speculates.
+    EXPECT_EQ(count(speculated, 400), 200) << "slow_steps " << slow_steps;
+    EXPECT_NEAR(draft_residual_ms(st, 1), 0.3, 1e-9);
+    EXPECT_GT(st.probe_steps, 0);
+    EXPECT_EQ(st.decode_steps, 600);
+  }
+}
+
+// Where speculation truly does not pay (every round costs 40 ms more than the curve says), it stays off but keeps
+// probing, at most one round every max_probe_interval + 1 steps once the interval has grown.
+TEST(Scheduler, SpeculationThatNeverPaysStaysMostlyOffAndKeepsProbingAtABoundedCost) {
+  const spec::CostModel curve = memory_bound_curve();
+  SchedulerState st = one_long_request(curve);
+  ASSERT_EQ(st.config.probe_interval, 8);
+  ASSERT_EQ(st.config.max_probe_interval, 64);
+  const int steps = 3000;
+  const std::vector<bool> speculated = simulate_policy(st, steps, [](int) { return 40.0; });
+  // Before the residual is measured: warm-up + 1 rounds; then probes at 8, 16, 32, 64, 64, ... plain steps apart.
+  const int bound = kResidualWarmupSteps + 1 + 4 + steps / (64 + 1);
+  EXPECT_LE(count(speculated), bound);
+  EXPECT_GE(count(speculated, steps - 2 * 65), 2) << "still probing at the end";
+  EXPECT_EQ(st.probe_interval, 64);
+  EXPECT_EQ(st.speculative_steps, count(speculated));
+}
+
+// A probe that finds the estimate too pessimistic keeps the interval short; the policy speculating by itself
+// resets it.
+TEST(Scheduler, ProbeIntervalResetsWhenAProbeFindsRoundsCheaper) {
+  const spec::CostModel curve = memory_bound_curve();
+  SchedulerState st = one_long_request(curve);
+  simulate_policy(st, 300, [](int) { return 40.0; });
+  ASSERT_EQ(st.probe_interval, 64);
+  simulate_policy(st, 400, [](int) { return 0.2; });
+  EXPECT_EQ(st.probe_interval, st.config.probe_interval);
+  EXPECT_TRUE(schedule(st).policy_speculates);
 }
 
 TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
