@@ -15,14 +15,24 @@ constexpr double kMinSlope = 1e-3;
 double sigmoid(double z) { return z >= 0 ? 1 / (1 + std::exp(-z)) : std::exp(z) / (1 + std::exp(z)); }
 double log_sigmoid(double z) { return z >= 0 ? -std::log1p(std::exp(-z)) : z - std::log1p(std::exp(z)); }
 
-constexpr int kParams = 2 + kRankBuckets - 1;  // a, b, rank offsets 1..kRankBuckets-1
-
-// The fit's parameters as a vector: [a, b, offset_1, ..., offset_{kRankBuckets-1}].
+// The fit's parameters as a vector: [a, b, rank offsets 1..kRankBuckets-1, depth offsets 1..kDepthBuckets-1].
+constexpr int kFirstRank = 2, kFirstDepth = kFirstRank + kRankBuckets - 1;
+constexpr int kParams = kFirstDepth + kDepthBuckets - 1;
 using Params = std::array<double, kParams>;
 
-double linear_term(const Params& t, const EdgeRecord& r) {
+// The parameter indices an edge's offsets read (-1: the bucket whose offset is fixed at 0).
+int rank_index(const EdgeRecord& r) {
   const int bucket = rank_bucket(r.sibling_rank);
-  return t[0] * r.logit_q + t[1] + (bucket > 0 ? t[1 + bucket] : 0.0);
+  return bucket > 0 ? kFirstRank + bucket - 1 : -1;
+}
+int depth_index(const EdgeRecord& r) {
+  const int bucket = depth_bucket(r.depth);
+  return bucket > 0 ? kFirstDepth + bucket - 1 : -1;
+}
+
+double linear_term(const Params& t, const EdgeRecord& r) {
+  const int rank = rank_index(r), depth = depth_index(r);
+  return t[0] * r.logit_q + t[1] + (rank >= 0 ? t[rank] : 0.0) + (depth >= 0 ? t[depth] : 0.0);
 }
 
 // Penalised log-likelihood; the ridge pulls toward (a, b, offsets) = (1, 0, 0).
@@ -67,17 +77,20 @@ double clamped_logit(double q) {
   return std::log(q) - std::log1p(-q);
 }
 
-double Calibration::p_hat(double q, int sibling_rank) const { return p_hat_of_logit(clamped_logit(q), sibling_rank); }
-double Calibration::p_hat_of_logit(double logit_q, int sibling_rank) const {
-  return sigmoid(a * logit_q + b + rank_offset[rank_bucket(sibling_rank)]);
+double Calibration::p_hat(double q, int sibling_rank, int depth) const {
+  return p_hat_of_logit(clamped_logit(q), sibling_rank, depth);
 }
-double Calibration::log_p_hat(double q, int sibling_rank) const {
-  return log_sigmoid(a * clamped_logit(q) + b + rank_offset[rank_bucket(sibling_rank)]);
+double Calibration::p_hat_of_logit(double logit_q, int sibling_rank, int depth) const {
+  return sigmoid(a * logit_q + b + offset(sibling_rank, depth));
+}
+double Calibration::log_p_hat(double q, int sibling_rank, int depth) const {
+  return log_sigmoid(a * clamped_logit(q) + b + offset(sibling_rank, depth));
 }
 
 Calibration fit_calibration(const std::vector<EdgeRecord>& records) {
   if (records.empty()) return Calibration{};
-  Params t = {1, 0, 0, 0, 0};
+  Params t{};
+  t[0] = 1;
   double value = objective(records, t);
   for (int iter = 0; iter < 100; ++iter) {
     // Gradient and (negated) Hessian of the penalised log-likelihood.
@@ -87,18 +100,17 @@ Calibration fit_calibration(const std::vector<EdgeRecord>& records) {
     for (int i = 1; i < kParams; ++i) g[i] = -kRidge * t[i];
     for (int i = 0; i < kParams; ++i) h[i][i] = kRidge;
     for (const EdgeRecord& r : records) {
-      const int bucket = rank_bucket(r.sibling_rank);
-      Params x{};  // features
-      x[0] = r.logit_q;
-      x[1] = 1;
-      if (bucket > 0) x[1 + bucket] = 1;
+      // Features: logit_q, 1, and a 1 at the edge's rank and depth offsets (when not the fixed buckets).
+      int index[4] = {0, 1, rank_index(r), depth_index(r)};
+      double x[4] = {r.logit_q, 1, 1, 1};
+      const int used = 2 + (index[2] >= 0) + (index[3] >= 0);
+      if (index[2] < 0) index[2] = index[3];  // compact: the features in use come first
       const double p = sigmoid(linear_term(t, r));
       const double residual = r.accepted - p;
       const double w = p * (1 - p);
-      for (int i = 0; i < kParams; ++i) {
-        if (x[i] == 0) continue;
-        g[i] += residual * x[i];
-        for (int j = 0; j < kParams; ++j) h[i][j] += w * x[i] * x[j];
+      for (int i = 0; i < used; ++i) {
+        g[index[i]] += residual * x[i];
+        for (int j = 0; j < used; ++j) h[index[i]][index[j]] += w * x[i] * x[j];
       }
     }
     Params step{};
@@ -121,7 +133,8 @@ Calibration fit_calibration(const std::vector<EdgeRecord>& records) {
   Calibration c;
   c.a = std::max(t[0], kMinSlope);
   c.b = t[1];
-  for (int k = 1; k < kRankBuckets; ++k) c.rank_offset[k] = t[1 + k];
+  for (int k = 1; k < kRankBuckets; ++k) c.rank_offset[k] = t[kFirstRank + k - 1];
+  for (int k = 1; k < kDepthBuckets; ++k) c.depth_offset[k] = t[kFirstDepth + k - 1];
   return c;
 }
 
@@ -130,8 +143,7 @@ double expected_calibration_error(const std::vector<EdgeRecord>& records, const 
   double predicted[kEceBins] = {}, observed[kEceBins] = {};
   int64_t count[kEceBins] = {};
   for (const EdgeRecord& r : records) {
-    const double p = sigmoid(calibration.a * r.logit_q + calibration.b +
-                             calibration.rank_offset[rank_bucket(r.sibling_rank)]);
+    const double p = calibration.p_hat_of_logit(r.logit_q, r.sibling_rank, r.depth);
     const int bin = std::min(kEceBins - 1, static_cast<int>(p * kEceBins));
     predicted[bin] += p;
     observed[bin] += r.accepted;
@@ -142,6 +154,17 @@ double expected_calibration_error(const std::vector<EdgeRecord>& records, const 
     if (count[i] > 0) ece += std::abs(predicted[i] - observed[i]) / static_cast<double>(records.size());
   }
   return ece;
+}
+
+DepthEce expected_calibration_error_by_depth(const std::vector<EdgeRecord>& records, const Calibration& calibration) {
+  std::array<std::vector<EdgeRecord>, kDepthBuckets> by_depth;
+  for (const EdgeRecord& r : records) by_depth[depth_bucket(r.depth)].push_back(r);
+  DepthEce out;
+  for (int k = 0; k < kDepthBuckets; ++k) {
+    out.ece[k] = expected_calibration_error(by_depth[k], calibration);
+    out.edges[k] = int64_t(by_depth[k].size());
+  }
+  return out;
 }
 
 }  // namespace ts::spec

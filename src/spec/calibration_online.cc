@@ -17,7 +17,9 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
   if (edges.empty()) return;
   for (const EdgeRecord& r : edges) {
     const int bucket = rank_bucket(r.sibling_rank);
-    const Edge e{prior_.a * r.logit_q + prior_.b + prior_.rank_offset[bucket], r.accepted, uint8_t(bucket)};
+    // The prior's depth offset is part of the fixed term: the shifts stay per rank bucket, on top of it.
+    const Edge e{prior_.a * r.logit_q + prior_.b + prior_.offset(r.sibling_rank, r.depth), r.accepted,
+                 uint8_t(bucket)};
     if (window_.size() < size_t(kWindow)) {
       window_.push_back(e);
     } else {

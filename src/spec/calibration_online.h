@@ -1,14 +1,14 @@
 // Per-request correction of the offline calibration from the request's own verification labels.
 //
-// The offline fit (calibration.h, `treespark calibrate`) is one (a, b, rank offsets) per pair and temperature,
-// fitted on one prompt set. A request whose text is easier or harder for the drafter than that set gets p_hat
-// that is systematically off, and the cost-priced tree then buys nodes for survival that is not there. Measured
+// The offline fit (calibration.h, `treespark calibrate`) is one (a, b, rank and depth offsets) per pair and
+// temperature, fitted on one prompt set. A request whose text is easier or harder for the drafter than that set gets
+// p_hat that is systematically off, and the cost-priced tree then buys nodes for survival that is not there. Measured
 // on the shipped pair (greedy, the README's code prompt, a Xeon's cost curve): the offline T = 0 entry predicted
 // 141 accepted draft tokens where 47 were accepted, and the 3-node trees ran 0.89x the target alone: on that text
 // first children are accepted less often than the entry says and later siblings more often (the drafter's second
 // guess is often the target's). Every round's verification labels its edges for free (verify.h), so the request
 // refits what it can afford to from them: one shift of the logit per sibling-rank bucket,
-//     p_hat = sigmoid(a * logit(q) + b + rank_offset[bucket] + shift[bucket]),
+//     p_hat = sigmoid(a * logit(q) + b + rank_offset[bucket] + depth_offset[depth bucket] + shift[bucket]),
 // each the maximum a-posteriori shift on that bucket's edges among the last kWindow, under a Gaussian prior
 // centred at 0 (the offline fit) with precision kPriorPrecision (about 4 * kPriorPrecision edges of evidence
 // outweigh it). The buckets' edges are disjoint, so the shifts are four independent one-dimensional fits. With it
@@ -49,7 +49,7 @@ class OnlineCalibration {
 
  private:
   struct Edge {
-    double prior_z;  // the prior's linear term: a * logit(q) + b + rank_offset
+    double prior_z;  // the prior's linear term: a * logit(q) + b + rank_offset + depth_offset
     uint8_t accepted;
     uint8_t bucket;  // rank_bucket(sibling_rank)
   };

@@ -81,7 +81,8 @@ int select_top(const float* probs, int vocab, int count, int32_t* top, double* t
   return kept;
 }
 
-// Sampling: the expected p_hat of a parent's next child, E[p_hat(q(x), rank)] over x drawn from its remaining q r
+// Sampling: the expected p_hat of a parent's next child, E[p_hat(q(x), rank, depth)] over x drawn from its remaining
+// q r
 // (r = q with the earlier children zeroed, normalised). This, not p_hat of the largest remaining q, is the slot's
 // priority when children are sampled: the largest remaining q is what the draw gets only sometimes, and ranking
 // by it overrates siblings, whose remaining mass is spread thin (the best-first trees of 4-8 nodes accepted less
@@ -116,34 +117,23 @@ class PHatTable {
     if (!ready_) return false;
     for (int i = 0; i < kRankBuckets; ++i)
       if (c.rank_offset[i] != cal_.rank_offset[i]) return false;
+    for (int i = 0; i < kDepthBuckets; ++i)
+      if (c.depth_offset[i] != cal_.depth_offset[i]) return false;
     return c.a == cal_.a && c.b == cal_.b;
   }
+  // Takes c; its rows are filled on first use (row()), so a calibration refitted online (calibration_online.h)
+  // costs only the (rank, depth) rows its trees then read.
   void prepare(const Calibration& c) {
     if (holds(c)) return;
     cal_ = c;
     ready_ = true;
-    table_.resize(size_t(kRankBuckets) * kEntries);
-    // p_hat is flat below the logit's clamp (1e-12) and above q = 1: only the ~640 bins between are evaluated,
-    // from their centres' logits computed once per process, one exp each (a calibration refitted online,
-    // calibration_online.h, rebuilds the table whenever it moves; ~10 us against ~0.2 ms for 16k p_hat(q)).
-    // Bins from bin_of(inf) on hold inf or NaN (exponent all ones): 1, as before (never read for a finite r).
-    const std::vector<double>& logits = bin_logits();
-    const int low = bin_of(1e-12f), non_finite = bin_of(std::numeric_limits<float>::infinity());
-    for (int bucket = 0; bucket < kRankBuckets; ++bucket) {
-      float* row = &table_[size_t(bucket) * kEntries];
-      const float below = float(c.p_hat(1e-13, bucket)), above = float(c.p_hat(1.0, bucket));
-      for (int i = 0; i < kEntries; ++i) {
-        const size_t j = size_t(i - low);
-        row[i] = i < low            ? below
-                 : j < logits.size() ? float(c.p_hat_of_logit(logits[j], bucket))
-                 : i < non_finite    ? above
-                                     : 1.0f;
-      }
-    }
+    table_.resize(size_t(kRows) * kEntries);
+    row_filled_.fill(false);
   }
-  // E[p_hat] of a draw from r ([vocab], >= 0, not normalised); 0 when r has no mass.
-  double expected(const float* r, int vocab, int rank) const {
-    const float* t = &table_[size_t(rank_bucket(rank)) * kEntries];
+  // E[p_hat] of a draw from r ([vocab], >= 0, not normalised) for a child of this sibling rank and depth; 0 when r
+  // has no mass.
+  double expected(const float* r, int vocab, int rank, int depth) {
+    const float* t = row(rank_bucket(rank), depth_bucket(depth));
     double weighted = 0, mass = 0;
     constexpr int kBlock = 256;  // float partial sums per block, double across blocks
     for (int b0 = 0; b0 < vocab; b0 += kBlock) {
@@ -160,9 +150,34 @@ class PHatTable {
   }
 
  private:
+  static constexpr int kRows = kRankBuckets * kDepthBuckets;
+  // The row of p_hat at each bin's centre for one (rank bucket, depth bucket), filled on first use.
+  // p_hat is flat below the logit's clamp (1e-12) and above q = 1: only the ~640 bins between are evaluated, from
+  // their centres' logits computed once per process, one exp each (4096 p_hat(q) a row otherwise).
+  // Bins from bin_of(inf) on hold inf or NaN (exponent all ones): 1 (never read for a finite r).
+  const float* row(int rank_group, int depth_group) {
+    const int index = rank_group * kDepthBuckets + depth_group;
+    float* row = &table_[size_t(index) * kEntries];
+    if (row_filled_[index]) return row;
+    const int rank = rank_group, depth = depth_group + 1;  // a rank and a depth in these buckets
+    const std::vector<double>& logits = bin_logits();
+    const int low = bin_of(1e-12f), non_finite = bin_of(std::numeric_limits<float>::infinity());
+    const float below = float(cal_.p_hat(1e-13, rank, depth)), above = float(cal_.p_hat(1.0, rank, depth));
+    for (int i = 0; i < kEntries; ++i) {
+      const size_t j = size_t(i - low);
+      row[i] = i < low             ? below
+               : j < logits.size() ? float(cal_.p_hat_of_logit(logits[j], rank, depth))
+               : i < non_finite    ? above
+                                   : 1.0f;
+    }
+    row_filled_[index] = true;
+    return row;
+  }
+
   bool ready_ = false;
   Calibration cal_;
-  std::vector<float> table_;  // [kRankBuckets, kEntries] p_hat at each bin's centre, per rank bucket
+  std::vector<float> table_;                // [kRankBuckets * kDepthBuckets, kEntries] rows, see row()
+  std::array<bool, kRows> row_filled_{};    // which rows of table_ hold cal_'s p_hat
 };
 
 // Uncalibrated priorities (p_hat = q): E[q(x)] for x drawn from r.
@@ -183,7 +198,7 @@ struct ExpandScratch {
   std::vector<std::vector<float>> pool;     // sampling: [vocab] remaining-q buffers, one per open parent
   std::vector<int> free_buffers;            // indices into pool not held by a parent
   // Sampling: tabulated p_hat of the calibrations in use. Requests of different temperatures interleave on one
-  // thread (the engine expands every request's tree), so a few are kept rather than rebuilt (~16k p_hat each).
+  // thread (the engine expands every request's tree), so a few are kept rather than rebuilt.
   std::array<PHatTable, 4> p_hat_tables;
   int next_table = 0;                       // the slot a calibration not held yet replaces
 };
@@ -205,8 +220,11 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   const bool calibrated = params.mode == TreeMode::Tree || chain;
   const bool sampling = params.temperature > 0;
   const QSource q_source = params.mode == TreeMode::Marginal ? QSource::Base : QSource::Conditional;
-  // The rank is the child's sibling rank, known before the draw (0 for a parent's first child).
-  const auto log_p_hat = [&](double q, int rank) { return calibrated ? calibration.log_p_hat(q, rank) : std::log(q); };
+  // rank and depth are the child's sibling rank and depth, both known before the draw (0 for a parent's first
+  // child; the parent's depth + 1).
+  const auto log_p_hat = [&](double q, int rank, int depth) {
+    return calibrated ? calibration.log_p_hat(q, rank, depth) : std::log(q);
+  };
   const double log_theta = chain ? -std::numeric_limits<double>::infinity() : std::log(params.theta);
 
   DraftTree tree;
@@ -230,9 +248,9 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
   for (auto& m : s.marginal) m.clear();
   s.free_buffers.clear();
   for (int i = 0; i < int(s.pool.size()); ++i) s.free_buffers.push_back(i);
-  const PHatTable* p_hat_table = nullptr;
+  PHatTable* p_hat_table = nullptr;
   if (sampling && calibrated) {
-    for (const PHatTable& t : s.p_hat_tables)
+    for (PHatTable& t : s.p_hat_tables)
       if (t.holds(calibration)) p_hat_table = &t;
     if (!p_hat_table) {
       PHatTable& t = s.p_hat_tables[s.next_table];
@@ -241,12 +259,13 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
       p_hat_table = &t;
     }
   }
-  // The log priority of a parent's next child (rank = children drawn so far): greedy, p_hat of the largest
-  // remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
+  // The log priority of a parent's next child (rank = children drawn so far, depth = the parent's + 1): greedy,
+  // p_hat of the largest remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
   const auto log_next_p_hat = [&](int node, double largest_q, int rank) {
-    if (!sampling) return log_p_hat(largest_q, rank);
+    const int depth = tree.depth[node] + 1;
+    if (!sampling) return log_p_hat(largest_q, rank, depth);
     const float* r = s.pool[s.open[node].remaining].data();  // [vocab]
-    const double e = calibrated ? p_hat_table->expected(r, vocab, rank) : expected_q(r, vocab);
+    const double e = calibrated ? p_hat_table->expected(r, vocab, rank, depth) : expected_q(r, vocab);
     return e > 0 ? std::log(e) : -std::numeric_limits<double>::infinity();
   };
   tree.token.reserve(node_cap + 1);  // the tree's arrays grow to at most node_cap + 1 entries
@@ -362,7 +381,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     OpenParent& p = s.open[parent];
     const int rank = p.drawn_count;
     drawn_of(parent)[p.drawn_count++] = token;
-    const double child_log_survival = p.log_survival + log_p_hat(child_q, rank);
+    const double child_log_survival = p.log_survival + log_p_hat(child_q, rank, tree.depth[parent] + 1);
     const double child_survival = std::exp(child_log_survival);
     const int node = tree.add(token, parent, rank, child_q, static_cast<float>(child_survival));
     expected_tokens += child_survival;

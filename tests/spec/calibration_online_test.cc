@@ -64,6 +64,30 @@ TEST(OnlineCalibration, RecoversAKnownShift) {
   }
 }
 
+// The prior's depth offsets are part of what the shifts correct from: labels that follow the prior (depth
+// included) leave every shift near 0, and the calibration in use keeps the prior's depth offsets.
+TEST(OnlineCalibration, KeepsThePriorsDepthOffsets) {
+  Calibration prior = shipped_like_prior();
+  prior.depth_offset[1] = -1.2, prior.depth_offset[2] = -1.8, prior.depth_offset[3] = -2.5;
+  OnlineCalibration online(prior);
+  RandomChooser rng(13);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<EdgeRecord> edges;
+    for (int i = 0; i < 8; ++i) {
+      EdgeRecord r;
+      r.logit_q = clamped_logit(0.01 + 0.98 * rng.uniform());
+      r.sibling_rank = i % 4;
+      r.depth = 1 + (round + i) % 5;
+      r.accepted = rng.uniform() < prior.p_hat_of_logit(r.logit_q, r.sibling_rank, r.depth);
+      edges.push_back(r);
+    }
+    online.observe(edges);
+  }
+  // ~256 edges per bucket: a standard error of ~0.15; a fit that ignored the depth offsets would shift by ~-1.
+  for (int k = 0; k < kRankBuckets; ++k) EXPECT_NEAR(online.shift(k), 0, 0.45) << k;
+  for (int k = 0; k < kDepthBuckets; ++k) EXPECT_EQ(online.current().depth_offset[k], prior.depth_offset[k]) << k;
+}
+
 TEST(OnlineCalibration, FollowsAChangeOfRegimeThroughItsWindow) {
   const Calibration prior = shipped_like_prior();
   OnlineCalibration online(prior);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 #include "core/error.h"
 #include "sampling/chooser.h"
@@ -75,6 +76,50 @@ TEST(Calibration, FitRecoversSiblingRankOffsets) {
   table.upsert(fit_calibration_entry(records, 1.0));
   const Calibration back = calibration_table_from_json(calibration_table_to_json(table)).lookup(1.0);
   for (int k = 0; k < kRankBuckets; ++k) EXPECT_DOUBLE_EQ(back.rank_offset[k], fit.rank_offset[k]);
+}
+
+TEST(Calibration, FitRecoversDepthOffsets) {
+  // Labels drawn from sigmoid(a logit(q) + b + rank offset + depth offset), depths 1..6 (4..6 share bucket 3), the
+  // deep ones as rare as in a real round (fewer than 1 in 10 past depth 3).
+  const double a = 0.9, b = 0.7, rank_offsets[kRankBuckets] = {0, -1.5, -2.5, -3.0};
+  const double depth_offsets[kDepthBuckets] = {0, -0.6, -1.0, 0.4};
+  std::vector<EdgeRecord> records;
+  RandomChooser rng(31);
+  for (int i = 0; i < 80000; ++i) {
+    EdgeRecord r;
+    r.logit_q = 5 * rng.uniform() - 3;
+    r.sibling_rank = i % 4;
+    const double u = rng.uniform();
+    r.depth = u < 0.45 ? 1 : u < 0.75 ? 2 : u < 0.92 ? 3 : 4 + i % 3;
+    const double p = 1 / (1 + std::exp(-(a * r.logit_q + b + rank_offsets[rank_bucket(r.sibling_rank)] +
+                                         depth_offsets[depth_bucket(r.depth)])));
+    r.accepted = rng.uniform() < p;
+    records.push_back(r);
+  }
+  const Calibration fit = fit_calibration(records);
+  EXPECT_NEAR(fit.a, a, 0.05);
+  EXPECT_NEAR(fit.b, b, 0.08);
+  for (int k = 1; k < kRankBuckets; ++k) EXPECT_NEAR(fit.rank_offset[k], rank_offsets[k], 0.1) << k;
+  for (int k = 1; k < kDepthBuckets; ++k) EXPECT_NEAR(fit.depth_offset[k], depth_offsets[k], 0.1) << k;
+  EXPECT_EQ(fit.depth_offset[0], 0);
+  EXPECT_EQ(depth_bucket(0), 0);  // records without a depth count as depth 1
+  EXPECT_EQ(depth_bucket(4), kDepthBuckets - 1);
+  EXPECT_EQ(depth_bucket(9), kDepthBuckets - 1);
+  // p_hat reads the depth; depth 1 is the default.
+  EXPECT_NEAR(fit.p_hat(0.5, 1, 3), 1 / (1 + std::exp(-(fit.b + fit.rank_offset[1] + fit.depth_offset[2]))), 1e-12);
+  EXPECT_EQ(fit.p_hat(0.5, 1), fit.p_hat(0.5, 1, 1));
+  EXPECT_NEAR(std::exp(fit.log_p_hat(0.3, 2, 5)), fit.p_hat(0.3, 2, 5), 1e-12);
+  // Well calibrated at every depth; a fit that ignores depth is not (at depth 3 and >= 4 above all).
+  const DepthEce with_depth = expected_calibration_error_by_depth(records, fit);
+  std::vector<EdgeRecord> flat = records;
+  for (EdgeRecord& r : flat) r.depth = 1;
+  const DepthEce without_depth = expected_calibration_error_by_depth(records, fit_calibration(flat));
+  for (int k = 0; k < kDepthBuckets; ++k) {
+    EXPECT_GT(with_depth.edges[k], 5000) << k;
+    EXPECT_LT(with_depth.ece[k], 0.025) << k;
+  }
+  EXPECT_GT(without_depth.ece[2], 2 * with_depth.ece[2]);
+  EXPECT_GT(without_depth.ece[3], 2 * with_depth.ece[3]);
 }
 
 TEST(Calibration, EceByHand) {
@@ -183,6 +228,63 @@ TEST(CalibrationFile, LookupPrefersTheRequestsFilter) {
   EXPECT_THROW(calibration_table_from_json(
                    R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1, "top_k": 2.5}]})"),
                Error);
+}
+
+// depth_offsets and the per-depth statistics survive the file; a file written before depth offsets existed still
+// reads, with offsets 0 (p_hat as it was fitted).
+TEST(CalibrationFile, DepthOffsetsRoundTripAndOldFilesReadAsZero) {
+  CalibrationEntry e = make_entry(1.0, 0.2, 0.6, 1234, 0.07, 0.01, {20, 0.9f, 0.0f});
+  e.rank_offset[1] = -2.4, e.rank_offset[2] = -3.2, e.rank_offset[3] = -3.9;
+  e.depth_offset[1] = -0.35, e.depth_offset[2] = -0.5, e.depth_offset[3] = -0.8;
+  e.ece_after_by_depth = {0.01, 0.02, 0.03, 0.04};
+  CalibrationEntry::HeldOut h;
+  h.edges = 999, h.ece_before = 0.2, h.ece_after = 0.02;
+  h.before_by_depth.ece = {0.1, 0.2, 0.3, 0.4};
+  h.after_by_depth.ece = {0.011, 0.012, 0.013, 0.014};
+  h.after_by_depth.edges = {500, 300, 150, 49};
+  e.held_out = h;
+  CalibrationTable table;
+  table.upsert(e);
+  table.upsert(make_entry(0.0, 1.0, 2.0));  // no held-out figures: written without "held_out"
+  const std::string json = calibration_table_to_json(table);
+  const CalibrationTable back = calibration_table_from_json(json);
+  ASSERT_EQ(back.entries.size(), 2u);
+  const CalibrationEntry& r = back.entries[1];
+  for (int k = 0; k < kDepthBuckets; ++k) {
+    EXPECT_EQ(r.depth_offset[k], e.depth_offset[k]) << k;
+    EXPECT_EQ(r.ece_after_by_depth[k], e.ece_after_by_depth[k]) << k;
+  }
+  ASSERT_TRUE(r.held_out.has_value());
+  EXPECT_EQ(r.held_out->edges, 999);
+  EXPECT_EQ(r.held_out->ece_after, 0.02);
+  EXPECT_EQ(r.held_out->after_by_depth.edges[3], 49);
+  EXPECT_EQ(r.held_out->before_by_depth.ece[2], 0.3);
+  EXPECT_EQ(r.held_out->after_by_depth.ece[1], 0.012);
+  EXPECT_FALSE(back.entries[0].held_out.has_value());
+  const Calibration c = back.lookup(1.0, {20, 0.9f, 0.0f});
+  EXPECT_EQ(c.depth_offset[0], 0);
+  for (int k = 1; k < kDepthBuckets; ++k) EXPECT_EQ(c.depth_offset[k], e.depth_offset[k]) << k;
+  EXPECT_EQ(c.rank_offset[3], -3.9);
+  EXPECT_NEAR(c.p_hat(0.4, 0, 4), 1 / (1 + std::exp(-(0.2 * clamped_logit(0.4) + 0.6 - 0.8))), 1e-12);
+
+  // The shipped file's layout before depth offsets: read as before, every depth offset 0.
+  const CalibrationTable old = calibration_table_from_json(R"({"version": 1, "entries": [
+      {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "a": 0.058, "b": 0.91,
+       "rank_offsets": [-2.75, -3.52, -4.04], "edges": 11206, "ece_before": 0.175, "ece_after": 0.009}]})");
+  ASSERT_EQ(old.entries.size(), 1u);
+  const Calibration o = old.lookup(1.0);
+  EXPECT_EQ(o.rank_offset[2], -3.52);
+  for (int k = 0; k < kDepthBuckets; ++k) EXPECT_EQ(o.depth_offset[k], 0) << k;
+  EXPECT_EQ(o.p_hat(0.3, 1, 1), o.p_hat(0.3, 1, 5));
+  EXPECT_FALSE(old.entries[0].held_out.has_value());
+  // A malformed depth_offsets is an error naming the field.
+  try {
+    calibration_table_from_json(
+        R"({"version": 1, "entries": [{"temperature": 1.0, "a": 0.3, "b": 0.1, "depth_offsets": [1, 2]}]})");
+    ADD_FAILURE() << "a 2-element depth_offsets was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("depth_offsets"), std::string::npos) << err.what();
+  }
 }
 
 TEST(CalibrationFile, MalformedInputThrows) {

@@ -158,6 +158,69 @@ TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
   }
 }
 
+// Best-first prices every child with its own sibling rank and depth: the same brute force as above, under a
+// calibration with rank and depth offsets (a deep first child can now be worth less than a shallow sibling).
+TEST(Expand, GreedyTreeWithRankAndDepthOffsetsIsTheBestN) {
+  const SyntheticDrafter d = SyntheticDrafter::random(7, 4, 2, 21);
+  const DraftSource s = d.source();
+  Calibration cal{1.1, 0.8};
+  cal.rank_offset[1] = -0.7, cal.rank_offset[2] = -1.2, cal.rank_offset[3] = -2.0;
+  cal.depth_offset[1] = -0.6, cal.depth_offset[2] = -1.1, cal.depth_offset[3] = -1.9;
+  const int branch = 3;
+  std::vector<double> all;  // survivals of every node of the full tree
+  std::function<void(int32_t, int, double)> walk = [&](int32_t token, int depth, double survival) {
+    if (depth == s.block_size) return;
+    const std::vector<double> q = child_q(s, depth + 1, token);
+    std::vector<int32_t> order(q.size());
+    for (size_t i = 0; i < q.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return q[a] > q[b]; });
+    for (int r = 0; r < branch; ++r) {
+      const double child = survival * cal.p_hat(q[order[r]], r, depth + 1);
+      all.push_back(child);
+      walk(order[r], depth + 1, child);
+    }
+  };
+  walk(2, 0, 1.0);
+  std::sort(all.rbegin(), all.rend());
+  for (int n : {3, 8, 20}) {
+    RandomChooser chooser = unused_chooser();
+    const DraftTree tree = expand(s, 2, params(TreeMode::Tree, branch, n, 0), cal, chooser);
+    ASSERT_EQ(tree.size() - 1, n);
+    std::vector<double> got;
+    for (int i = 1; i < tree.size(); ++i) {
+      got.push_back(tree.survival[i]);
+      const double q = tree.draft_q[i];
+      EXPECT_NEAR(tree.survival[i],
+                  tree.survival[tree.parent[i]] * cal.p_hat(q, tree.sibling_rank[i], tree.depth[i]), 1e-6);
+    }
+    std::sort(got.rbegin(), got.rend());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(got[i], all[i], 1e-6) << "n " << n << " rank " << i;
+  }
+}
+
+// A strongly negative offset for depths >= 2 makes a sibling worth more than any grandchild, greedy and sampled
+// (the sampled slots read PHatTable's row for the child's depth); without it the same drafter grows a chain.
+TEST(Expand, DepthOffsetPrefersASiblingOverAGrandchild) {
+  const SyntheticDrafter d = SyntheticDrafter::random(8, 4, 2, 5, 4, 1);  // peaked q: a first child is likely
+  const DraftSource s = d.source();
+  Calibration deep_is_bad;
+  for (int k = 1; k < kDepthBuckets; ++k) deep_is_bad.depth_offset[k] = -20;
+  for (float temperature : {0.0f, 1.0f}) {
+    int chains = 0;
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      TreeParams t = params(TreeMode::Tree, 4, 3, 0);
+      t.temperature = temperature;
+      RandomChooser plain_chooser(seed), offset_chooser(seed);
+      const DraftTree plain = expand(s, 1, t, Calibration{}, plain_chooser);
+      const DraftTree shallow = expand(s, 1, t, deep_is_bad, offset_chooser);
+      ASSERT_EQ(shallow.size(), 4);
+      for (int i = 1; i < shallow.size(); ++i) EXPECT_EQ(shallow.depth[i], 1) << "T " << temperature << " node " << i;
+      for (int i = 1; i < plain.size(); ++i) chains += plain.depth[i] > 1;
+    }
+    EXPECT_GT(chains, 0) << "T " << temperature << ": without the offset no tree went deeper, so nothing was shown";
+  }
+}
+
 TEST(Expand, MarginalIgnoresTheParentAndLogQMultipliesQ) {
   const SyntheticDrafter d = SyntheticDrafter::random(8, 3, 2, 9);
   const DraftSource s = d.source();

@@ -162,7 +162,11 @@ TEST(VerifyExact, EveryModeAndCalibration) {
   ranked.rank_offset[1] = -1.5;
   ranked.rank_offset[2] = -2.5;
   ranked.rank_offset[3] = 0.7;
-  const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}, ranked};
+  Calibration deep = ranked;  // and deeper children priced lower (or higher) by their depth
+  deep.depth_offset[1] = -1.0;
+  deep.depth_offset[2] = 0.8;
+  deep.depth_offset[3] = -2.0;
+  const Calibration calibrations[] = {Calibration{}, Calibration{0.5, -1}, Calibration{2.5, 1.0}, ranked, deep};
   for (const TreeParams& tree : shapes) {
     for (const Calibration& cal : calibrations) expect_exact(ExactCase{target, 1.0f, tree, cal}, 6, 11);
   }
