@@ -35,10 +35,32 @@ CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, d
   e.a = fitted.a;
   e.b = fitted.b;
   for (int k = 0; k < kRankBuckets; ++k) e.rank_offset[k] = fitted.rank_offset[k];
+  for (int k = 0; k < kDepthBuckets; ++k) e.depth_offset[k] = fitted.depth_offset[k];
   e.edges = static_cast<int64_t>(records.size());
   e.ece_before = expected_calibration_error(records, Calibration{});
   e.ece_after = expected_calibration_error(records, fitted);
+  e.ece_after_by_depth = expected_calibration_error_by_depth(records, fitted).ece;
   return e;
+}
+
+Calibration CalibrationEntry::calibration() const {
+  Calibration c;
+  c.a = a;
+  c.b = b;
+  for (int k = 0; k < kRankBuckets; ++k) c.rank_offset[k] = rank_offset[k];
+  for (int k = 0; k < kDepthBuckets; ++k) c.depth_offset[k] = depth_offset[k];
+  return c;
+}
+
+void measure_held_out(const std::vector<EdgeRecord>& held_out, CalibrationEntry* entry) {
+  const Calibration fitted = entry->calibration();
+  CalibrationEntry::HeldOut h;
+  h.edges = static_cast<int64_t>(held_out.size());
+  h.ece_before = expected_calibration_error(held_out, Calibration{});
+  h.ece_after = expected_calibration_error(held_out, fitted);
+  h.before_by_depth = expected_calibration_error_by_depth(held_out, Calibration{});
+  h.after_by_depth = expected_calibration_error_by_depth(held_out, fitted);
+  entry->held_out = h;
 }
 
 const CalibrationEntry* CalibrationTable::find(double temperature, const DraftFilter& filter) const {
@@ -57,12 +79,7 @@ const CalibrationEntry* CalibrationTable::find(double temperature, const DraftFi
 
 Calibration CalibrationTable::lookup(double temperature, const DraftFilter& filter) const {
   const CalibrationEntry* best = find(temperature, filter);
-  if (!best) return Calibration{};
-  Calibration c;
-  c.a = best->a;
-  c.b = best->b;
-  for (int k = 0; k < kRankBuckets; ++k) c.rank_offset[k] = best->rank_offset[k];
-  return c;
+  return best ? best->calibration() : Calibration{};
 }
 
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
@@ -80,16 +97,28 @@ void CalibrationTable::upsert(const CalibrationEntry& entry) {
 std::string calibration_table_to_json(const CalibrationTable& table) {
   nlohmann::json entries = nlohmann::json::array();
   for (const CalibrationEntry& e : table.entries) {
-    entries.push_back({{"temperature", e.temperature},
-                       {"top_k", e.filter.top_k},
-                       {"top_p", shortest(e.filter.top_p)},
-                       {"min_p", shortest(e.filter.min_p)},
-                       {"a", e.a},
-                       {"b", e.b},
-                       {"rank_offsets", std::vector<double>(e.rank_offset + 1, e.rank_offset + kRankBuckets)},
-                       {"edges", e.edges},
-                       {"ece_before", e.ece_before},
-                       {"ece_after", e.ece_after}});
+    nlohmann::json j = {{"temperature", e.temperature},
+                        {"top_k", e.filter.top_k},
+                        {"top_p", shortest(e.filter.top_p)},
+                        {"min_p", shortest(e.filter.min_p)},
+                        {"a", e.a},
+                        {"b", e.b},
+                        {"rank_offsets", std::vector<double>(e.rank_offset + 1, e.rank_offset + kRankBuckets)},
+                        {"depth_offsets", std::vector<double>(e.depth_offset + 1, e.depth_offset + kDepthBuckets)},
+                        {"edges", e.edges},
+                        {"ece_before", e.ece_before},
+                        {"ece_after", e.ece_after},
+                        {"ece_after_by_depth", e.ece_after_by_depth}};
+    if (e.held_out) {
+      const CalibrationEntry::HeldOut& h = *e.held_out;
+      j["held_out"] = {{"edges", h.edges},
+                       {"ece_before", h.ece_before},
+                       {"ece_after", h.ece_after},
+                       {"edges_by_depth", h.after_by_depth.edges},
+                       {"ece_before_by_depth", h.before_by_depth.ece},
+                       {"ece_after_by_depth", h.after_by_depth.ece}};
+    }
+    entries.push_back(std::move(j));
   }
   return nlohmann::json{{"version", 1}, {"entries", entries}}.dump(2) + "\n";
 }
@@ -102,6 +131,20 @@ double number_field(const nlohmann::json& entry, const char* name, size_t index)
   const double v = entry[name].get<double>();
   TS_CHECK(std::isfinite(v), "calibration: entries[", index, "].", name, " must be finite, got ", v);
   return v;
+}
+
+// An optional array of n finite numbers named name into out[0 .. n); absent leaves out as it is.
+template <typename T>
+void optional_numbers(const nlohmann::json& entry, const char* name, size_t index, size_t n, T* out) {
+  if (!entry.contains(name)) return;
+  const nlohmann::json& o = entry[name];
+  TS_CHECK(o.is_array() && o.size() == n, "calibration: entries[", index, "].", name, " must be an array of ", n,
+           " numbers, got ", o.dump());
+  for (size_t k = 0; k < n; ++k) {
+    TS_CHECK(o[k].is_number() && std::isfinite(o[k].get<double>()), "calibration: entries[", index, "].", name, "[",
+             k, "] must be a finite number");
+    out[k] = o[k].get<T>();
+  }
 }
 
 }  // namespace
@@ -126,16 +169,8 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
     e.temperature = number_field(j, "temperature", i);
     e.a = number_field(j, "a", i);
     e.b = number_field(j, "b", i);
-    if (j.contains("rank_offsets")) {
-      const nlohmann::json& o = j["rank_offsets"];
-      TS_CHECK(o.is_array() && o.size() == size_t(kRankBuckets - 1), "calibration: entries[", i,
-               "].rank_offsets must be an array of ", kRankBuckets - 1, " numbers, got ", o.dump());
-      for (int k = 1; k < kRankBuckets; ++k) {
-        TS_CHECK(o[k - 1].is_number() && std::isfinite(o[k - 1].get<double>()), "calibration: entries[", i,
-                 "].rank_offsets[", k - 1, "] must be a finite number");
-        e.rank_offset[k] = o[k - 1].get<double>();
-      }
-    }
+    optional_numbers(j, "rank_offsets", i, kRankBuckets - 1, e.rank_offset + 1);
+    optional_numbers(j, "depth_offsets", i, kDepthBuckets - 1, e.depth_offset + 1);
     TS_CHECK(e.temperature >= 0, "calibration: entries[", i, "].temperature must be >= 0, got ", e.temperature);
     if (j.contains("top_k")) {
       const double k = number_field(j, "top_k", i);
@@ -155,6 +190,20 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
     if (j.contains("edges")) e.edges = static_cast<int64_t>(number_field(j, "edges", i));
     if (j.contains("ece_before")) e.ece_before = number_field(j, "ece_before", i);
     if (j.contains("ece_after")) e.ece_after = number_field(j, "ece_after", i);
+    optional_numbers(j, "ece_after_by_depth", i, kDepthBuckets, e.ece_after_by_depth.data());
+    if (j.contains("held_out")) {
+      const nlohmann::json& h = j["held_out"];
+      TS_CHECK(h.is_object(), "calibration: entries[", i, "].held_out must be an object, got ", h.type_name());
+      CalibrationEntry::HeldOut held;
+      if (h.contains("edges")) held.edges = static_cast<int64_t>(number_field(h, "edges", i));
+      if (h.contains("ece_before")) held.ece_before = number_field(h, "ece_before", i);
+      if (h.contains("ece_after")) held.ece_after = number_field(h, "ece_after", i);
+      optional_numbers(h, "edges_by_depth", i, kDepthBuckets, held.after_by_depth.edges.data());
+      held.before_by_depth.edges = held.after_by_depth.edges;
+      optional_numbers(h, "ece_before_by_depth", i, kDepthBuckets, held.before_by_depth.ece.data());
+      optional_numbers(h, "ece_after_by_depth", i, kDepthBuckets, held.after_by_depth.ece.data());
+      e.held_out = held;
+    }
     table.upsert(e);
   }
   return table;

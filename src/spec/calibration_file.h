@@ -1,15 +1,21 @@
 // treespark_calibration.json, written beside the drafter by `treespark calibrate` and read by generation:
-//   {"version": 1, "entries": [{"temperature": T, "a": .., "b": .., "rank_offsets": [o1, o2, o3], "edges": N,
-//                               "ece_before": .., "ece_after": ..}]}
-// rank_offsets (calibration.h) may be absent (older files): then 0. "top_k", "top_p", "min_p": the sampling filter
-// the labels were collected under (a request's top-k / top-p / min-p also filter its sampled drafts, which changes
-// both q and how often a draft is accepted); absent means unfiltered (0, 1, 0), and at temperature 0 they are
-// ignored (greedy verification filters nothing).
-// One entry per draft temperature and filter (0 = greedy). ece_before is the ECE of the uncalibrated p_hat = q on the fitting
-// edges, ece_after that of the fitted (a, b) (calibration.h, kEceBins bins).
+//   {"version": 1, "entries": [{"temperature": T, "a": .., "b": .., "rank_offsets": [o1, o2, o3],
+//                               "depth_offsets": [d2, d3, d4], "edges": N, "ece_before": .., "ece_after": ..,
+//                               "ece_after_by_depth": [e1, e2, e3, e4], "held_out": {...}}]}
+// rank_offsets (sibling ranks 1, 2, >= 3) and depth_offsets (depths 2, 3, >= 4; calibration.h) may be absent (older
+// files): then 0. "top_k", "top_p", "min_p": the sampling filter the labels were collected under (a request's
+// top-k / top-p / min-p also filter its sampled drafts, which changes both q and how often a draft is accepted);
+// absent means unfiltered (0, 1, 0), and at temperature 0 they are ignored (greedy verification filters nothing).
+// One entry per draft temperature and filter (0 = greedy). ece_before is the ECE of the uncalibrated p_hat = q on
+// the fitting edges, ece_after that of the fit (calibration.h, kEceBins bins), ece_after_by_depth the fit's ECE on
+// each depth bucket's fitting edges. "held_out" (optional): the same on edges of prompts the fit never saw:
+// {"edges": N, "ece_before": .., "ece_after": .., "edges_by_depth": [..], "ece_before_by_depth": [..],
+//  "ece_after_by_depth": [..]}. The statistics are informative only.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,15 +32,28 @@ bool same_filter(const DraftFilter& x, const DraftFilter& y);
 struct CalibrationEntry {
   double temperature = 0;
   double a = 1, b = 0;
-  double rank_offset[kRankBuckets] = {0, 0, 0, 0};  // JSON "rank_offsets": [offset of rank 1, 2, >= 3]
+  double rank_offset[kRankBuckets] = {0, 0, 0, 0};    // JSON "rank_offsets": [offset of rank 1, 2, >= 3]
+  double depth_offset[kDepthBuckets] = {0, 0, 0, 0};  // JSON "depth_offsets": [offset of depth 2, 3, >= 4]
   int64_t edges = 0;
   double ece_before = 0, ece_after = 0;
+  std::array<double, kDepthBuckets> ece_after_by_depth{};  // on the fitting edges
+  struct HeldOut {
+    int64_t edges = 0;
+    double ece_before = 0, ece_after = 0;
+    DepthEce before_by_depth, after_by_depth;  // after_by_depth.edges: the edges per depth bucket
+  };
+  std::optional<HeldOut> held_out;  // measured by `calibrate --holdout-prompts`
   DraftFilter filter;  // what the labels were collected under (unfiltered, and always so at temperature 0)
+
+  Calibration calibration() const;  // (a, b, rank and depth offsets)
 };
 
-// Fits (a, b) on records and fills edges and the ECE before/after.
+// Fits the calibration on records and fills edges and the ECE before/after (over all and per depth bucket).
 CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature,
                                        const DraftFilter& filter = {});
+
+// Fills entry->held_out: the ECE of p_hat = q and of the entry's fit on edges the fit never saw.
+void measure_held_out(const std::vector<EdgeRecord>& held_out, CalibrationEntry* entry);
 
 struct CalibrationTable {
   std::vector<CalibrationEntry> entries;
