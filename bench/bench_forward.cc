@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "decode_flags.h"
+#include "engine/cost_cache.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "kernels/weight_memory.h"
@@ -26,41 +27,6 @@
 #include "model/target_model.h"
 
 namespace ts::bench {
-
-namespace {
-
-// Read bandwidth in GB/s: sum a buffer much larger than the caches, best of a few passes. Each thread keeps
-// 64 independent accumulators so the adds vectorise and the loop is limited by memory, not by add latency.
-// The buffer comes from the same allocator as the packed weights (kernels/weight_memory.h: huge pages where the
-// system allows), so weights and probe stream through the same kind of pages; on 4 KiB pages the probe read
-// 20-30% less than the weights on huge pages then did.
-__attribute__((optimize("O3"))) double measure_read_bandwidth_gbs(size_t bytes) {
-  const kernels::WeightBlock block = kernels::allocate_weight_block(bytes);
-  float* buf = static_cast<float*>(block.get());  // [bytes / 4]
-  const long n = long(bytes / sizeof(float)) / 64 * 64;
-  std::fill(buf, buf + n, 1.0f);
-  std::vector<double> gbs;
-  volatile float sink = 0;
-  const int64_t tasks = num_threads();  // one contiguous range per thread, as the kernels split work
-  std::vector<float> partial(static_cast<size_t>(tasks));  // [tasks] per-task sums
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = now_ms();
-    pool_run(tasks, [&](int64_t t) {
-      float acc[64] = {};
-      for (long i = n / 64 * t / tasks * 64, end = n / 64 * (t + 1) / tasks * 64; i < end; i += 64)
-        for (int j = 0; j < 64; ++j) acc[j] += buf[i + j];
-      float total = 0;
-      for (float a : acc) total += a;
-      partial[size_t(t)] = total;
-    });
-    const double ms = now_ms() - t0;
-    for (float p : partial) sink = sink + p;
-    gbs.push_back(double(n) * sizeof(float) / (ms * 1e6));
-  }
-  return *std::max_element(gbs.begin(), gbs.end());
-}
-
-}  // namespace
 
 // Median ms of a 128-token prefill into an empty cache (logits of the last row only, as generation does).
 double measure_prefill_ms(TargetModel& model, int tokens, int reps) {
@@ -219,7 +185,7 @@ int bench_forward(int argc, char** argv) {
     set_isa(isa);
     VariantResult v;
     v.isa = isa;
-    v.bandwidth_gbs = measure_read_bandwidth_gbs(size_t(1) << 30);
+    v.bandwidth_gbs = ts::measure_read_bandwidth_gbs(size_t(1) << 30);
     v.cost = measure_cost_curve(*model, opt);
     if (prefill_tokens > 0) v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
     const spec::CostModel& cost = v.cost;

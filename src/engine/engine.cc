@@ -290,29 +290,33 @@ StepReport Engine::step() {
   report.schedule_ms = sched_ms;
   report.step_ms = now_ms() - t0;
   report.probe = plan.probe;
-  if (sched_.config.cost && report.prefill_requests == 0 && report.batch > 0 && report.forward_rows >= report.batch) {
-    sched::StepObservation seen;
+  const bool priced =
+      sched_.config.cost && report.prefill_requests == 0 && report.batch > 0 && report.forward_rows >= report.batch;
+  sched::StepObservation seen;
+  if (priced) {
     seen.batch = report.batch;
     for (const RoundDecision& d : report.decisions) seen.drafting += d.speculate;
     seen.probe = plan.probe;
-    seen.actual_ms = report.step_ms;
     try {
       seen.modelled_ms = spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
                                             plan.mean_context);
       report.modelled_ms = seen.modelled_ms + sched::plain_residual_ms(sched_, report.batch) +
                            seen.drafting * sched::draft_residual_ms(sched_, report.batch);
-      sched::observe_step(sched_, seen);
     } catch (const std::exception&) {
       // a cost model that cannot price this step teaches nothing
     }
   }
-  metrics_.decode_steps = sched_.decode_steps;
-  metrics_.speculative_steps = sched_.speculative_steps;
-  metrics_.probe_steps = sched_.probe_steps;
   ++metrics_.steps;
   metrics_.step_ms_total += report.step_ms;
   metrics_.schedule_ms_total += sched_ms;
+  metrics_.decode_steps = sched_.decode_steps;
+  metrics_.speculative_steps = sched_.speculative_steps;
+  metrics_.probe_steps = sched_.probe_steps;
   if (config_.on_step) config_.on_step(report);
+  // The policy learns what a step really cost its requests: the step's callback (a server's bookkeeping, a log
+  // line) included.
+  seen.actual_ms = now_ms() - t0;
+  if (seen.modelled_ms > 0) sched::observe_step(sched_, seen);
   return report;
 }
 

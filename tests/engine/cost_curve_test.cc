@@ -2,8 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "engine/cost_cache.h"
 #include "engine/cost_curve.h"
 #include "engine/tiny_pair.h"
 
@@ -100,6 +105,46 @@ TEST(CostCurve, MeasuresTheContextTerm) {
   // Without a longer context asked for, no term.
   co.long_context = 0;
   EXPECT_EQ(measure_cost_curve(*pair.target, co).context, 0);
+}
+
+// generate and serve share one per-machine cache: the first call measures (and checks) the curve and writes it,
+// the next reads the same curve back; other batches are another entry; a corrupt entry is measured again.
+TEST(CostCurve, CachedCostModelMeasuresOnceAndReadsItBack) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ts_cost_cache_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  testing::Pair pair = testing::make_pair(64, 64, 2, 4, DType::F32, 12);
+  CostCacheOptions o;
+  o.model_dir = "tiny-target";
+  o.drafter_dir = "tiny-drafter";
+  o.batches = {1, 2};
+  o.context = 32;
+  o.long_context = 0;
+  o.reps = 1;
+  const CostCacheResult first = cached_cost_model(*pair.target, pair.drafter.get(), o);
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_TRUE(first.attempts == 1 || first.attempts == 2);
+  EXPECT_GT(first.read_gbs, 0);
+  EXPECT_TRUE(fs::exists(first.path)) << first.log;
+  EXPECT_EQ(first.cost.batches, o.batches);
+  EXPECT_EQ(first.cost.fixed_ms_by_batch.size(), 2u) << "F(b) measured with the drafter";
+  EXPECT_NE(first.log.find("measured the cost curve"), std::string::npos);
+  const CostCacheResult again = cached_cost_model(*pair.target, pair.drafter.get(), o);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.path, first.path);
+  EXPECT_EQ(again.cost.ms, cost_model_from_json(cost_model_to_json(first.cost)).ms);
+  CostCacheOptions other = o;
+  other.batches = {1};
+  const CostCacheResult one = cached_cost_model(*pair.target, pair.drafter.get(), other);
+  EXPECT_FALSE(one.from_cache);
+  EXPECT_NE(one.path, first.path);
+  std::ofstream(first.path) << "{ not json";
+  const CostCacheResult remeasured = cached_cost_model(*pair.target, pair.drafter.get(), o);
+  EXPECT_FALSE(remeasured.from_cache);
+  EXPECT_NO_THROW(read_cost_model(first.path));
+  ::unsetenv("XDG_CACHE_HOME");
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
 #include <thread>
 
 #include "core/cpu.h"
@@ -33,8 +35,9 @@ class EngineServerTest : public ::testing::Test {
     bundle_ = nullptr;
   }
   void start(RequestOptions defaults, std::optional<spec::CostModel> cost = std::nullopt, int max_batch = 4,
-             int max_queue = 8) {
+             int max_queue = 8, std::function<void(const StepReport&)> on_step = nullptr) {
     EngineConfig ec;
+    ec.on_step = std::move(on_step);
     ec.max_batch = max_batch;
     ec.max_queue = max_queue;
     ec.max_context = 512;
@@ -154,6 +157,54 @@ TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
   none.mode = DecodeMode::None;
   start(none);
   expect_greedy_identity({kPrompts[3], kPrompts[4]}, 16);
+}
+
+// The issue a fresh server met: its first drafting steps were slow, the policy priced speculation out and never
+// drafted again. Here the first five speculating steps are made slow for real (the step's callback, which the
+// engine times with the step, sleeps 120 ms in them); one client sending requests one after another must still get
+// speculative rounds once they are past.
+TEST_F(EngineServerTest, SlowFirstDraftingStepsDoNotStopASingleClientsSpeculation) {
+  spec::CostModel cost;  // memory-bound: speculation pays on the curve
+  cost.batches = {1, 4};
+  cost.tokens = {1, 2, 4, 8, 16, 32};
+  cost.ms = {5.0, 5.0, 5.1, 5.2, 5.4, 5.8, 6.0, 6.2, 6.5, 7.0, 8.0, 10.0};
+  cost.fixed_ms_by_batch = {0.3, 0.6};
+  std::atomic<int> slow_left{5};
+  start(tree_defaults(*bundle_->drafter, true), cost, 4, 8, [&](const StepReport& r) {
+    bool drafted = false;
+    for (const RoundDecision& d : r.decisions) drafted |= d.speculate;
+    if (drafted && slow_left.fetch_sub(1) > 0) std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  });
+  httplib::Client c("127.0.0.1", port_);
+  const std::string L = "{model_name=\"treespark-target\"";
+  auto counters = [&](double* decode_steps, double* speculative_steps) {
+    auto m = c.Get("/metrics");
+    ASSERT_TRUE(m);
+    *decode_steps = metric_value(m->body, "treespark:engine_decode_steps" + L);
+    *speculative_steps = metric_value(m->body, "treespark:spec_decode_steps" + L);
+  };
+  // The slow steps first switch speculation off; probes re-measure and bring it back within a few dozen steps.
+  // A request counts once it started after the slow steps and speculated in most of its decode steps.
+  int requests = 0;
+  double share = 0;
+  for (; requests < 12; ++requests) {
+    const bool slow_phase_over = slow_left.load() <= 0;
+    double steps0 = 0, spec0 = 0, steps1 = 0, spec1 = 0;
+    counters(&steps0, &spec0);
+    auto r = post({{"prompt", kPrompts[size_t(requests) % kPrompts.size()]}, {"max_tokens", 40}, {"temperature", 0}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    counters(&steps1, &spec1);
+    share = steps1 > steps0 ? (spec1 - spec0) / (steps1 - steps0) : 0;
+    if (slow_phase_over && share >= 0.8) break;
+  }
+  EXPECT_LE(slow_left.load(), 0) << "the slow steps ran";
+  EXPECT_LT(requests, 12) << "speculation did not come back within 12 requests of 40 tokens";
+  EXPECT_GE(share, 0.8) << "share of the last request's decode steps that speculated";
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GT(metric_value(m->body, "treespark:spec_decode_probe_steps" + L), 0) << "probes brought it back";
+  std::printf("[slow start] request %d speculated in %.0f%% of its steps\n", requests + 1, 100 * share);
 }
 
 TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {

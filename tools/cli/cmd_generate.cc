@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "decode_flags.h"
-#include "engine/cost_curve.h"
+#include "engine/cost_cache.h"
 #include "engine/model_bundle.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,52 +40,6 @@ nlohmann::json stats_json(const GenerationResult& r) {
   // rounds whose accepted path had length d, d = 0..block_size (vLLM reports the same per position)
   j["accepted_length_histogram"] = s.accepted_at_depth;
   return j;
-}
-
-// The cost curve the adaptive theta prices nodes with depends on the model, the machine, the kernel variant and
-// the thread count, not on the prompt: measure it once (a few seconds on a 100 MB model) and keep it in
-// $XDG_CACHE_HOME/treespark (else ~/.cache/treespark), keyed by all four. An unreadable cache entry is measured
-// again; a cache that cannot be written only costs the measurement next time.
-spec::CostModel adaptive_cost(ModelBundle& bundle, const std::string& model_dir, int load_batch) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string key = cat(fs::weakly_canonical(model_dir, ec).string(), "|", bundle.target->weight_bytes(), "|",
-                              cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", load_batch, "|k",
-                              policy_token_counts().size(), "|ctx-term");
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const fs::path dir = xdg && *xdg ? fs::path(xdg) / "treespark" : fs::path(home && *home ? home : "/tmp") / ".cache/treespark";
-  const fs::path file = dir / cat("cost-", std::hex, std::hash<std::string>{}(key), ".json");
-  if (fs::exists(file, ec)) {
-    try {
-      spec::CostModel cached = read_cost_model(file.string());
-      std::fprintf(stderr, "treespark: cost curve from %s\n", file.c_str());
-      return cached;
-    } catch (const Error&) {
-      // measured again below
-    }
-  }
-  const double t0 = now_ms();
-  CostCurveOptions co;
-  co.context = std::min(256, bundle.target->config().max_position_embeddings - 64);
-  co.batches = {1};
-  if (load_batch > 1) co.batches.push_back(load_batch);
-  co.reps = 7;  // measured once per machine and cached: worth the steadier medians
-  co.ks = policy_token_counts();
-  co.monotone = true;
-  co.long_context = 1024;  // the context term: how a node's price grows with the request's context
-  spec::CostModel cost = measure_cost_curve(*bundle.target, co);
-  cost.fixed_ms = measure_draft_ms(*bundle.drafter, co.context);
-  fs::create_directories(dir, ec);
-  try {
-    write_cost_model(file.string(), cost);
-    std::fprintf(stderr, "treespark: measured the cost curve in %.0f ms; cached at %s\n", now_ms() - t0,
-                 file.c_str());
-  } catch (const Error&) {
-    std::fprintf(stderr, "treespark: measured the cost curve in %.0f ms (cache %s not writable)\n", now_ms() - t0,
-                 file.c_str());
-  }
-  return cost;
 }
 
 }  // namespace
@@ -142,7 +96,14 @@ int cmd_generate(int argc, char** argv) {
   spec::CostModel cost;
   if (adaptive) {
     TS_CHECK(bundle.drafter, "--adaptive-theta needs --drafter");
-    cost = adaptive_cost(bundle, model_dir, flags.load_batch);
+    CostCacheOptions co;
+    co.model_dir = model_dir;
+    co.drafter_dir = drafter_dir;
+    co.batches = {1};
+    if (flags.load_batch > 1) co.batches.push_back(flags.load_batch);
+    const CostCacheResult measured = cached_cost_model(*bundle.target, bundle.drafter.get(), co);
+    std::fprintf(stderr, "treespark: %s\n", measured.log.c_str());
+    cost = measured.cost;
     opt.tree.cost_model = &cost;
     opt.tree.batch = flags.load_batch;
   }

@@ -17,6 +17,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decode_flags.h"
+#include "engine/cost_cache.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
@@ -51,6 +52,17 @@ struct SpecFlags {
   }
 };
 
+// --log-level debug: what the load-adaptive policy decided in one decode step and what the step cost.
+void log_policy_step(const StepReport& r) {
+  if (r.batch == 0) return;
+  std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
+                         " predicted ", r.modelled_ms, " ms actual ", r.step_ms, " ms;");
+  for (const RoundDecision& d : r.decisions)
+    line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
+                        : cat(" [", d.id, " plain]");
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -78,6 +90,11 @@ int cmd_serve(int argc, char** argv) {
   std::string kv_dtype = "auto";
   add_kv_dtype_option(app, &kv_dtype);
   app.add_flag("--log-requests", http.access_log, "one line per response on stderr");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "info: start-up decisions; debug: also one line per decode step on stderr (batch, probe, theta and "
+                 "tree size per request, predicted vs actual ms)")
+      ->check(CLI::IsMember({"info", "debug"}));
   app.add_option("--mode", spec.mode, "none (target only) | chain | tree")->check(CLI::IsMember({"none", "chain", "tree"}));
   app.add_option("--priority", spec.priority, "tree priority: calibrated | logq | marginal")
       ->check(CLI::IsMember({"calibrated", "logq", "marginal"}));
@@ -101,6 +118,7 @@ int cmd_serve(int argc, char** argv) {
   http.max_batch = engine.max_batch;
   http.max_queue = engine.max_queue;
   if (kv_budget_mb > 0) engine.kv_budget_bytes = int64_t(kv_budget_mb) << 20;
+  if (log_level == "debug") engine.on_step = log_policy_step;
 
   // SIGTERM / SIGINT go to one waiting thread: block them here, before any thread starts, so every thread
   // inherits the mask.
@@ -143,13 +161,23 @@ int cmd_serve(int argc, char** argv) {
   if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {
     if (!spec.cost_curve.empty()) {
       engine.cost_model = read_cost_model(spec.cost_curve);
+      std::fprintf(stderr, "treespark serve: cost curve from %s\n", spec.cost_curve.c_str());
     } else {
-      std::fprintf(stderr, "treespark serve: measuring the cost curve L(b, k) for the load-adaptive policy ...\n");
-      ServingCostOptions co;
+      std::fprintf(stderr, "treespark serve: cost curve L(b, k) for the load-adaptive policy ...\n");
+      CostCacheOptions co;
+      co.model_dir = model_dir;
+      co.drafter_dir = drafter_dir;
       co.batches = server::batch_ladder(engine.max_batch);
-      co.context = std::min(co.context, bundle.target->config().max_position_embeddings - 80);
-      engine.cost_model = measure_serving_cost(*bundle.target, bundle.drafter.get(), co);
+      const CostCacheResult measured = cached_cost_model(*bundle.target, bundle.drafter.get(), co);
+      std::fprintf(stderr, "treespark serve: %s\n", measured.log.c_str());
+      engine.cost_model = measured.cost;
     }
+    const spec::CostModel& c = *engine.cost_model;
+    std::fprintf(stderr,
+                 "treespark serve: policy prices at batch 1: L(1,1) %.3f ms, L(1,%d) %.3f ms, drafter F(1) %.3f ms; "
+                 "probes every %d-%d plain steps when speculation is off\n",
+                 c.cost_ms(1, 1), c.tokens.back(), c.cost_ms(1, c.tokens.back()), c.fixed_cost_ms(1),
+                 sched::SchedulerConfig{}.probe_interval, sched::SchedulerConfig{}.max_probe_interval);
   }
   auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine, defaults);
   server.set_ready(*backend, server::describe_model(bundle, name, backend->max_context()));
