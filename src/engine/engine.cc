@@ -327,6 +327,7 @@ EngineMetrics Engine::metrics() const {
   int64_t used = 0;
   for (const auto& [id, live] : live_) used += live->cache.length() + live->cache.pending();
   const double budget = double(sched_.config.kv_budget_rows);
+  m.tree_node_ms = node_work_ms_.estimate();
   m.kv_cache_usage_perc = budget > 0 ? double(used) / budget : 0;
   m.kv_reserved_perc = budget > 0 ? double(sched::reserved_rows(sched_)) / budget : 0;
   return m;

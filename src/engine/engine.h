@@ -117,6 +117,9 @@ class Engine {
   int max_context_ = 0;
   int64_t kv_bytes_per_row_ = 0;
   sched::SchedulerState sched_;
+  // Tree growth per draft node (expansion's ms / nodes over recent rounds, a robust window): the per-node work
+  // outside the target forward that adaptive trees price (spec::TreeParams::node_ms).
+  sched::ResidualWindow node_work_ms_;
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
   RequestId next_id_ = 1;
   EngineMetrics metrics_;

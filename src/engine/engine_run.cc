@@ -276,6 +276,8 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
         params.batch = it.decode.pricing_batch;
       }
       params.context = it.anchor_pos;  // committed tokens: what each verified row attends over, besides the tree
+      // Per-node work outside the forward, learned from this engine's own rounds (unless the request set it).
+      if (params.cost_model && params.node_ms == 0) params.node_ms = node_work_ms_.estimate();
       it.tree = spec::expand(it.source, live.anchor, params, live.calibration.current(), *live.chooser);
       it.tokens = it.tree.token;
       for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);
@@ -287,6 +289,7 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
     }
     it.expand_ms = now_ms() - t0;
     report.expand_ms += it.expand_ms;
+    if (it.tree.size() > 1) node_work_ms_.add(it.expand_ms / (it.tree.size() - 1));
   }
 
   // 3. ONE target forward over every request's rows; on failure, each request alone.

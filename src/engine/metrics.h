@@ -52,6 +52,7 @@ struct EngineMetrics {
   // and the policy's probes among them (rounds run to re-measure prices that kept speculation off: scheduler.h).
   // speculative_steps / decode_steps is the share of steps that speculated.
   int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0;
+  double tree_node_ms = 0;        // gauge: tree growth per draft node, as adaptive trees price it
   double step_ms_total = 0;       // wall time inside Engine::step()
   double schedule_ms_total = 0;   // of which the scheduler's own work (schedule + update + bookkeeping)
 

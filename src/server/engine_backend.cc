@@ -88,6 +88,7 @@ BackendMetrics EngineBackend::metrics() const {
   b.gauges.emplace_back("engine_decode_steps", double(m.decode_steps));
   b.gauges.emplace_back("spec_decode_steps", double(m.speculative_steps));
   b.gauges.emplace_back("spec_decode_probe_steps", double(m.probe_steps));
+  b.gauges.emplace_back("spec_decode_tree_node_ms", m.tree_node_ms);
   b.gauges.emplace_back("spec_decode_step_share",
                         m.decode_steps > 0 ? double(m.speculative_steps) / double(m.decode_steps) : 0.0);
   b.gauges.emplace_back("engine_step_seconds_total", m.step_ms_total / 1e3);

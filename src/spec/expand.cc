@@ -203,6 +203,26 @@ struct ExpandScratch {
   int next_table = 0;                       // the slot a calibration not held yet replaces
 };
 
+// Greedy trees are deterministic (each child is the largest remaining q), so choosing among prefixes of the
+// admission order reads no draw: keep the one with the best expected tokens per ms of the round (ties: the
+// smaller). Nodes are stored in admission order with parents first, so every prefix is a tree.
+void keep_best_prefix(DraftTree& tree, const TreeParams& params) {
+  double expected = 1, best_rate = 0;
+  int best_size = 1;
+  for (int size = 1; size <= tree.size(); ++size) {
+    if (size > 1) expected += tree.survival[size - 1];
+    const double rate =
+        expected / round_cost_ms(*params.cost_model, params.batch, size, params.context, params.node_ms);
+    if (rate > best_rate) best_rate = rate, best_size = size;
+  }
+  tree.token.resize(best_size);
+  tree.parent.resize(best_size);
+  tree.depth.resize(best_size);
+  tree.sibling_rank.resize(best_size);
+  tree.survival.resize(best_size);
+  tree.draft_q.resize(best_size);
+}
+
 }  // namespace
 
 DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& params, const Calibration& calibration,
@@ -313,13 +333,12 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     std::pop_heap(s.heap.begin(), s.heap.end(), below);
     const Slot slot = s.heap.back();
     s.heap.pop_back();
-    double log_threshold = log_theta;
-    if (!chain && params.cost_model) {
-      const double dynamic =
-          adaptive_theta(*params.cost_model, params.batch, tree.size(), expected_tokens, params.context);
-      log_threshold = std::max(log_threshold, std::log(dynamic));
-    }
-    if (slot.log_bound < log_threshold) break;  // every other slot's bound is no higher
+    if (slot.log_bound < log_theta) break;  // every other slot's bound is no higher
+    // The round-level price: only the slot's bound (known before any draw it admits) and the tree so far are read.
+    if (!chain && params.cost_model &&
+        !node_pays_ahead(*params.cost_model, params.batch, tree.size(), expected_tokens, std::exp(slot.log_bound),
+                         node_cap - (tree.size() - 1), params.context, params.node_ms))
+      break;
 
     const int32_t parent = slot.node;
     int32_t token = -1;
@@ -399,6 +418,7 @@ DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& pa
     s.open.back().log_survival = child_log_survival;
     if (tree.depth[node] < source.block_size) push(Slot{child_log_survival, node, false});
   }
+  if (!chain && !sampling && params.cost_model) keep_best_prefix(tree, params);
   return tree;
 }
 

@@ -5,8 +5,8 @@
 // the child it will get; sampling, S_parent * E[p_hat(q(x))] over x drawn from the parent's remaining q (what the
 // draw is worth on average; p_hat of the largest remaining q overrated later siblings, whose mass is spread thin:
 // at T = 1 on the shipped pair the adaptive tree then accepted 0.995 tokens per round against 1.218 now). Each
-// step pops the best slot; if its key is below the threshold (theta, or the load-adaptive one) or node_cap nodes
-// exist, expansion stops. Otherwise the draw is admitted BEFORE it is made, then made:
+// step pops the best slot; if its key is below theta, or no number of nodes worth it would pay for their verification
+// (the load-adaptive rule, TreeParams::cost_model), or node_cap nodes exist, expansion stops. Otherwise the draw is admitted BEFORE it is made, then made:
 //   greedy (temperature 0): the child is the largest remaining q (so its survival equals the bound: best-first);
 //   sampling (temperature T > 0): the child is drawn from q_j = softmax(logits / T) without the parent's earlier
 //     children, through the Chooser. Admission never reads the value of the draw it admits
@@ -48,11 +48,15 @@ struct TreeParams {
   int draft_len = 4;    // Chain: number of nodes
   float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
   DraftFilter filter;     // sampling: the request's top-k / top-p / min-p, applied to q too (draft_source.h)
-  // Optional load-adaptive threshold: max(theta, adaptive_theta(*cost_model, batch, 1 + nodes, 1 + sum survivals,
-  // context)); context: the request's committed tokens (< 0: priced at the curve's own context).
+  // Optional load-adaptive pricing, for the whole round (theta_policy.h): a slot above theta is admitted only while
+  // node_pays_ahead(*cost_model, batch, 1 + nodes, 1 + sum of survivals, its bound, nodes left under node_cap,
+  // context, node_ms) holds. Greedy trees, being deterministic, are then cut to the prefix of their admission order
+  // with the best expected tokens per ms (round_cost_ms). context: the request's committed tokens (< 0: priced at
+  // the curve's own context); node_ms: per-node work outside the forward, >= 0.
   const CostModel* cost_model = nullptr;
   int batch = 1;
   int context = -1;
+  double node_ms = 0;
   // TEST ONLY (negative control): called with the q of each sampled draw after it is made; returning false
   // discards the draw and closes its parent's slot. This peeks at the drawn value and breaks losslessness;
   // tests/spec uses it to show that the exact-enumeration test detects such a rule. Never set it elsewhere.

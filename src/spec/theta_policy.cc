@@ -93,4 +93,19 @@ double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, do
   return std::max(0.0, (next - now) * expected_tokens_so_far / (now + cost.fixed_cost_ms(batch)));
 }
 
+double round_cost_ms(const CostModel& cost, int batch, int k, double ctx, double node_ms) {
+  return cost.cost_ms(batch, double(k), ctx) + cost.fixed_cost_ms(batch) + std::max(0.0, node_ms) * (k - 1);
+}
+
+bool node_pays_ahead(const CostModel& cost, int batch, int k, double expected_tokens, double next_survival,
+                     int max_more, double ctx, double node_ms) {
+  TS_CHECK(k >= 1, "node_pays_ahead: the tree holds at least the anchor, got size ", k);
+  const double now = round_cost_ms(cost, batch, k, ctx, node_ms);
+  for (int m = 1; m <= max_more; ++m) {
+    const double later = round_cost_ms(cost, batch, k + m, ctx, node_ms);
+    if ((expected_tokens + m * next_survival) * now >= expected_tokens * later) return true;
+  }
+  return false;
+}
+
 }  // namespace ts::spec

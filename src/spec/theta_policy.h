@@ -58,6 +58,21 @@ struct CostModel {
 double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, double expected_tokens_so_far,
                       double ctx = -1);
 
+// The cost of a round that verifies k tokens per sequence (anchor included), the per-node work outside the forward
+// (tree growth, the verification walk, KV compaction; node_ms per node) included:
+//   C(k) = L(batch, k, ctx) + F(batch) + node_ms * (k - 1).
+double round_cost_ms(const CostModel& cost, int batch, int k, double ctx = -1, double node_ms = 0);
+
+// The round-level stop rule of tree expansion. A tree of k tokens (anchor included) that emits expected_tokens
+// in expectation is about to admit a node whose survival is next_survival (known before its draw). True iff some
+// m in 1..max_more nodes, each worth next_survival, give at least the current rate:
+//   (expected_tokens + m * next_survival) / C(k + m) >= expected_tokens / C(k).
+// m = 1 is the marginal threshold above; larger m cross a step of the cost curve (L is a staircase set by the
+// GEMM tiles) when the nodes after it are nearly free. Best-first admission keys are non-increasing in greedy
+// mode, so next_survival bounds every later node and a false answer is final.
+bool node_pays_ahead(const CostModel& cost, int batch, int k, double expected_tokens, double next_survival,
+                     int max_more, double ctx = -1, double node_ms = 0);
+
 // Whether speculating pays at this batch: a round with k tokens per sequence (anchor included) that emits
 // expected_tokens tokens gives expected_tokens / (L(b, k) + F(b)) tokens per ms per sequence; plain decoding gives
 // 1 / L(b, 1). True iff the first is at least the second (the serving policy switches speculation off otherwise).

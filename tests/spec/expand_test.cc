@@ -283,6 +283,42 @@ TEST(Expand, CostModelShrinksTheTreeTowardTheChain) {
   for (int i = 0; i < heavy.size(); ++i) EXPECT_LE(heavy.children(i).size(), 1u) << "heavy load should give a chain";
 }
 
+// The whole round decides a greedy tree's size: the adaptive tree is exactly the prefix of the unpriced best-first
+// order (theta 0, same caps) with the best expected tokens per ms of round_cost_ms, on a staircase curve where the
+// marginal rule alone stops a node before a step that the nodes after it pay for.
+TEST(Expand, GreedyTreeIsTheBestPrefixOfTheRoundAcrossCostSteps) {
+  CostModel cost;
+  cost.batches = {1};
+  cost.tokens = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24};
+  cost.ms = {10, 10, 10, 10.1, 13, 13, 13, 13.1, 16, 16.2, 19, 25};
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
+    const SyntheticDrafter d = SyntheticDrafter::random(16, 6, 2, 12 + seed, 3);
+    const DraftSource s = d.source();
+    for (double node_ms : {0.0, 0.3}) {
+      TreeParams unpriced = params(TreeMode::Tree, 3, 20, 0);
+      RandomChooser chooser = unused_chooser();
+      const DraftTree order = expand(s, 0, unpriced, Calibration{1.0, 1.0}, chooser);
+      int best_size = 1;
+      double expected = 1, best_rate = 0;
+      for (int size = 1; size <= order.size(); ++size) {
+        if (size > 1) expected += order.survival[size - 1];
+        const double rate = expected / round_cost_ms(cost, 1, size, -1, node_ms);
+        if (rate > best_rate) best_rate = rate, best_size = size;
+      }
+      TreeParams priced = unpriced;
+      priced.cost_model = &cost;
+      priced.node_ms = node_ms;
+      const DraftTree tree = expand(s, 0, priced, Calibration{1.0, 1.0}, chooser);
+      ASSERT_EQ(tree.size(), best_size) << "seed " << seed << " node_ms " << node_ms;
+      for (int i = 0; i < tree.size(); ++i) {
+        EXPECT_EQ(tree.token[i], order.token[i]);
+        EXPECT_EQ(tree.parent[i], order.parent[i]);
+      }
+      tree.validate(s.vocab);
+    }
+  }
+}
+
 TEST(DraftFilter, KeepsWhatTheTargetsProcessorsWouldAndRenormalises) {
   const std::vector<float> q = {0.05f, 0.30f, 0.10f, 0.30f, 0.20f, 0.05f};
   auto filtered = [&](DraftFilter f) {

@@ -100,6 +100,30 @@ TEST(ThetaPolicy, LongerContextsPriceNodesHigher) {
   EXPECT_THROW(m.validate(), Error);
 }
 
+// A staircase curve: the 5th token costs a step, the next ones almost nothing. The marginal rule (m = 1) stops
+// before the step; the round-level rule crosses it when the nodes after it pay for it together.
+TEST(ThetaPolicy, NodePaysAheadCrossesACostStep) {
+  CostModel c;
+  c.batches = {1};
+  c.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  c.ms = {10, 10, 10, 10, 14, 14, 14, 14};
+  c.validate();
+  EXPECT_DOUBLE_EQ(round_cost_ms(c, 1, 4), 10.0);
+  EXPECT_DOUBLE_EQ(round_cost_ms(c, 1, 4, -1, 0.5), 11.5);  // three nodes' work on top
+  // k = 4, E = 2.5: one node worth 0.3 gives 2.8 / 14 < 2.5 / 10, four give 3.7 / 14 > 0.25.
+  EXPECT_DOUBLE_EQ(adaptive_theta(c, 1, 4, 2.5), 1.0) << "the marginal rule wants a sure node";
+  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 1));
+  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 3));
+  EXPECT_TRUE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 4));
+  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.2, 4)) << "3.3 / 14 < 0.25";
+  // m = 1 is exactly the marginal threshold.
+  for (double s : {0.05, 0.1, 0.2, 0.5})
+    EXPECT_EQ(node_pays_ahead(c, 1, 2, 2.0, s, 1), s >= adaptive_theta(c, 1, 2, 2.0)) << s;
+  // Per-node work outside the forward is priced: a flat stretch stops paying when nodes cost their own work.
+  EXPECT_TRUE(node_pays_ahead(c, 1, 2, 2.0, 0.1, 1));
+  EXPECT_FALSE(node_pays_ahead(c, 1, 2, 2.0, 0.1, 1, -1, 1.0)) << "2.1 / 12 < 2 / 11";
+}
+
 TEST(ThetaPolicy, RejectsBadTables) {
   CostModel m = affine(1, 1);
   m.ms.pop_back();

@@ -189,6 +189,23 @@ TEST(VerifyExact, LoadAdaptiveThetaStaysExact) {
   }
 }
 
+// The round-level rule looks past a step of the cost curve (and prices per-node work); greedy drafts are then cut to
+// their best prefix. Both read only bounds known before each draw: exact at every draft temperature.
+TEST(VerifyExact, RoundLevelTreeChoiceAcrossACostStepStaysExact) {
+  CostModel cost;
+  cost.batches = {1};
+  cost.tokens = {1, 2, 3, 4, 5, 6, 8};
+  cost.ms = {1.0, 1.0, 1.0, 1.6, 1.6, 1.62, 1.65};  // a staircase: the 3rd node costs a step, the next ones little
+  for (float draft_t : {0.0f, 0.5f, 1.0f}) {
+    TreeParams tree = shape(TreeMode::Tree, 3, 6, 0);
+    tree.cost_model = &cost;
+    tree.node_ms = 0.01;
+    const double nodes = expect_exact(ExactCase{sampling(1.0f, 0, 0.95f), draft_t, tree, Calibration{1.5, 0.5}}, 5, 17);
+    EXPECT_GT(nodes, 1.0) << "draft T " << draft_t;
+    std::printf("round-level choice, draft T=%.1f: %.2f nodes expected\n", draft_t, nodes);
+  }
+}
+
 // The drafter's q may differ from p in any way (temperature, a greedy top-q draft): still exact.
 TEST(VerifyExact, DraftTemperatureDiffersFromTarget) {
   const TreeParams tree = shape(TreeMode::Tree, 2, 4, 0);
