@@ -30,23 +30,8 @@
 
 namespace ts::bench {
 
-namespace {
-
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-struct Sample {
-  bool ok = false;
-  double latency_s = 0, ttft_s = 0;
-  int tokens = 0, rounds = 0;
-  long draft_n = 0, accepted = 0;
-};
-
-// One prompt: a completions body ({"prompt"}) or a chat body ({"messages"}).
-struct PromptBody {
-  bool chat = false;
-  json body;
-};
 
 std::vector<PromptBody> load_prompts(const std::string& path) {
   std::vector<PromptBody> out;
@@ -134,6 +119,8 @@ Sample one_request(int port, const PromptBody& p, int max_tokens, float temperat
   if (first) s.ttft_s = s.latency_s;
   return s;
 }
+
+namespace {
 
 // Poisson arrivals: request i starts at the sum of i exponential gaps; one client thread per request.
 std::vector<Sample> run_load(int port, const std::vector<PromptBody>& prompts, double rate, int n, int max_tokens,
@@ -225,8 +212,10 @@ std::vector<double> parse_list(const std::string& s) {
 
 int bench_serve(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "simulate") == 0) return bench_serve_simulate(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "starts") == 0) return bench_serve_starts(argc - 1, argv + 1);
   CLI::App app{"Poisson load against a live server on loopback, arms none / chain / tree / adaptive. "
-               "`bench serve simulate --help`: the same from a cost curve and acceptance traces."};
+               "`bench serve simulate --help`: the same from a cost curve and acceptance traces; `bench serve starts "
+               "--help`: fresh servers one after another, plain against TreeSpark."};
   std::string model_dir, drafter_dir, prompts_path, rates_s = "1,2,4,8", arms_s = "none,chain,tree,adaptive";
   std::string json_out = "bench_serve.json", svg_out = "bench_serve.svg", traces_out = "bench_serve_traces.json";
   std::string cost_path, cost_out;

@@ -3,6 +3,7 @@
 // the arrival rate, one line per arm).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -35,5 +36,24 @@ struct RoundTrace {
 };
 
 int bench_serve_simulate(int argc, char** argv);
+// `treespark bench serve starts`: fresh servers one after another, plain against TreeSpark (bench_serve_starts.cc).
+int bench_serve_starts(int argc, char** argv);
+
+// What one streamed request saw (bench_serve.cc).
+struct Sample {
+  bool ok = false;
+  double latency_s = 0, ttft_s = 0;
+  int tokens = 0, rounds = 0;
+  long draft_n = 0, accepted = 0;
+};
+// One prompt: a completions body ({"prompt"}) or a chat body ({"messages"}).
+struct PromptBody {
+  bool chat = false;
+  nlohmann::json body;
+};
+// JSONL of {"prompt"} or {"messages"}; "" gives five built-in prompts.
+std::vector<PromptBody> load_prompts(const std::string& path);
+// One streamed request to the server on loopback at port.
+Sample one_request(int port, const PromptBody& p, int max_tokens, float temperature, uint64_t seed);
 
 }  // namespace ts::bench
