@@ -188,7 +188,6 @@ Plan schedule(const SchedulerState& state) {
     if (best == 0 && interval > 0 && state.steps_without_draft >= interval) {
       best = 1;
       plan.probe = true;
-      plan.decode[candidates[0].index].probe = true;
     }
     for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
   }

@@ -156,7 +156,6 @@ struct DecodeWork {
   int pricing_batch = 1;    // the batch the adaptive theta prices nodes at (the live batch b)
   bool adaptive = false;    // expansion prices nodes with the engine's cost model at pricing_batch
   double theta = 0;         // the first node's threshold (logged; expansion recomputes it per node)
-  bool probe = false;       // speculates because the step explores (schedule() step 6), not because it paid
 };
 
 struct Plan {

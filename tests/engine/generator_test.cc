@@ -64,6 +64,22 @@ TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
         EXPECT_LE(r.stats.accepted_draft_tokens + r.stats.rounds, 40 + 7);
         accepted_total += r.stats.accepted_draft_tokens;
       }
+      // The round-level pricing (look-ahead across a cost step, greedy trees cut to their best prefix, per-node
+      // work), on a staircase curve: the text is still the target's.
+      spec::CostModel staircase;
+      staircase.batches = {1};
+      staircase.tokens = {1, 2, 3, 4, 5, 8, 16};
+      staircase.ms = {1.0, 1.0, 1.0, 1.5, 1.5, 1.55, 2.5};
+      GenerateOptions priced = base;
+      priced.mode = DecodeMode::Tree;
+      priced.tree.theta = 0;
+      priced.tree.node_cap = 12;
+      priced.tree.branch_cap = 3;
+      priced.tree.cost_model = &staircase;
+      priced.tree.node_ms = 0.01;
+      const GenerationResult r = spec_gen.generate(prompt, priced);
+      EXPECT_EQ(r.ids, want) << "prompt " << p << " round-level pricing";
+      EXPECT_GT(r.stats.rounds, 0);
     }
   }
   // With a 20-token vocabulary some drafts must be accepted, or the test would not exercise acceptance at all.
