@@ -33,6 +33,27 @@ namespace ts::bench {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+server::ServerOptions live_server_options(const EngineConfig& config) {
+  server::ServerOptions so;
+  so.port = 0;
+  so.max_batch = config.max_batch;
+  so.max_queue = config.max_queue;
+  return so;
+}
+
+LiveServer::LiveServer(ModelBundle& bundle, const EngineConfig& config, const RequestOptions& defaults)
+    : backend(*bundle.target, bundle.drafter.get(), config, defaults), http(live_server_options(config)) {
+  port = http.bind();
+  http.start();
+  http.set_ready(backend, server::describe_model(bundle, "bench", backend.max_context()));
+}
+
+LiveServer::~LiveServer() {
+  http.begin_drain();
+  http.wait_idle(60);
+  http.stop();
+}
+
 std::vector<PromptBody> load_prompts(const std::string& path) {
   std::vector<PromptBody> out;
   if (path.empty()) {
@@ -299,15 +320,8 @@ int bench_serve(int argc, char** argv) {
     if (arm == "adaptive") ec.cost_model = cost;
     StepLog log;
     ec.on_step = [&log](const StepReport& s) { log.on_step(s); };
-    server::EngineBackend backend(*bundle.target, bundle.drafter.get(), ec, d);
-    server::ServerOptions so;
-    so.port = 0;
-    so.max_batch = ec.max_batch;
-    so.max_queue = ec.max_queue;
-    server::HttpServer http(so);
-    const int port = http.bind();
-    http.start();
-    http.set_ready(backend, server::describe_model(bundle, "bench", backend.max_context()));
+    LiveServer live(bundle, ec, d);
+    const int port = live.port;
     one_request(port, prompts[0], 4, temperature, seed);  // warm-up
     for (double rate : rates) {
       log.reset_batch();
@@ -319,9 +333,6 @@ int bench_serve(int argc, char** argv) {
                    rate, row.goodput_tps, row.p99_latency_s, row.mean_tree_size, row.mean_batch);
       rows.push_back(row);
     }
-    http.begin_drain();
-    http.wait_idle(60);
-    http.stop();
     json t = json::array();
     {
       std::lock_guard<std::mutex> lock(log.mu);

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/model_bundle.h"
+#include "server/engine_backend.h"
+#include "server/http_server.h"
+
 namespace ts::bench {
 
 struct ServeRow {
@@ -53,6 +57,15 @@ struct PromptBody {
 };
 // JSONL of {"prompt"} or {"messages"}; "" gives five built-in prompts.
 std::vector<PromptBody> load_prompts(const std::string& path);
+// An engine backend and its HTTP server on a free loopback port over a loaded pair, ready for requests; the
+// destructor drains and stops it. The bundle must outlive it.
+struct LiveServer {
+  LiveServer(ModelBundle& bundle, const EngineConfig& config, const RequestOptions& defaults);
+  ~LiveServer();
+  server::EngineBackend backend;
+  server::HttpServer http;
+  int port = 0;
+};
 // One streamed request to the server on loopback at port.
 Sample one_request(int port, const PromptBody& p, int max_tokens, float temperature, uint64_t seed);
 

@@ -47,15 +47,8 @@ StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const
   ec.max_context = std::min(1024, bundle.target->config().max_position_embeddings);
   ec.calibration = bundle.calibration;
   ec.cost_model = cost;
-  server::EngineBackend backend(*bundle.target, bundle.drafter.get(), ec, defaults);
-  server::ServerOptions so;
-  so.port = 0;
-  so.max_batch = ec.max_batch;
-  so.max_queue = ec.max_queue;
-  server::HttpServer http(so);
-  const int port = http.bind();
-  http.start();
-  http.set_ready(backend, server::describe_model(bundle, "bench", backend.max_context()));
+  LiveServer live(bundle, ec, defaults);
+  const int port = live.port;
   std::vector<Sample> samples(prompts.size());
   std::vector<std::thread> threads;
   const auto t0 = Clock::now();
@@ -76,7 +69,7 @@ StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const
     r.rounds += s.rounds;
   }
   r.tok_s = wall_s > 0 ? double(r.tokens) / wall_s : 0;
-  const server::BackendMetrics m = backend.metrics();
+  const server::BackendMetrics m = live.backend.metrics();
   double decode_steps = 0, spec_steps = 0;
   for (const auto& [name, v] : m.gauges) {
     if (name == "engine_decode_steps") decode_steps = v;
@@ -84,9 +77,6 @@ StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const
     if (name == "spec_decode_probe_steps") r.probes = long(v);
   }
   r.step_share = decode_steps > 0 ? spec_steps / decode_steps : 0;
-  http.begin_drain();
-  http.wait_idle(60);
-  http.stop();
   return r;
 }
 
