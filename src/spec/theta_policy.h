@@ -68,8 +68,9 @@ double round_cost_ms(const CostModel& cost, int batch, int k, double ctx = -1, d
 // m in 1..max_more nodes, each worth next_survival, give at least the current rate:
 //   (expected_tokens + m * next_survival) / C(k + m) >= expected_tokens / C(k).
 // m = 1 is the marginal threshold above; larger m cross a step of the cost curve (L is a staircase set by the
-// GEMM tiles) when the nodes after it are nearly free. Best-first admission keys are non-increasing in greedy
-// mode, so next_survival bounds every later node and a false answer is final.
+// GEMM tiles) when the nodes after it are nearly free. Best-first bounds pushed later are no higher than the one
+// popped (children are worth at most their parent), except where a later sibling's rank offset exceeds an earlier
+// one's, so next_survival bounds the later nodes and a false answer is final but for that case.
 bool node_pays_ahead(const CostModel& cost, int batch, int k, double expected_tokens, double next_survival,
                      int max_more, double ctx = -1, double node_ms = 0);
 
