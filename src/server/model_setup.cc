@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/timer.h"
+#include "engine/generator.h"
 
 namespace ts::server {
 
@@ -16,6 +18,25 @@ ServedModel describe_model(const ModelBundle& bundle, const std::string& name, i
   m.max_context = max_context;
   m.vocab_size = bundle.target->config().vocab_size;
   return m;
+}
+
+double warm_up(ModelBundle& bundle) {
+  const double t0 = now_ms();
+  const int vocab = bundle.target->config().vocab_size;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 64; ++i) prompt.push_back(int32_t((i * 7919 + 11) % vocab));
+  Generator generator(*bundle.target, bundle.drafter.get());
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.mode = DecodeMode::None;
+  generator.generate(prompt, o);
+  if (bundle.drafter) {
+    o.mode = DecodeMode::Tree;
+    o.tree.theta = 0;
+    o.tree.node_cap = 8;
+    generator.generate(prompt, o);
+  }
+  return now_ms() - t0;
 }
 
 std::vector<int> batch_ladder(int max_batch) {

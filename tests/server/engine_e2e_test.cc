@@ -142,6 +142,13 @@ TEST_F(EngineServerTest, GreedyTreeThroughTheServerEqualsTargetGreedyAtConcurren
             0);
 }
 
+// serve warms the pair up before it answers; the models keep no state from it: output is unchanged.
+TEST_F(EngineServerTest, WarmUpLeavesThePairAsItWas) {
+  EXPECT_GT(warm_up(*bundle_), 0.0);
+  start(tree_defaults(*bundle_->drafter, false));
+  expect_greedy_identity({kPrompts[0], kPrompts[3]}, 16);
+}
+
 TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
   // A steep synthetic cost curve: the policy shrinks trees as the batch grows; greedy output must not change.
   spec::CostModel cost;

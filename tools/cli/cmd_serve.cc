@@ -179,6 +179,7 @@ int cmd_serve(int argc, char** argv) {
                  c.cost_ms(1, 1), c.tokens.back(), c.cost_ms(1, c.tokens.back()), c.fixed_cost_ms(1),
                  sched::SchedulerConfig{}.probe_interval, sched::SchedulerConfig{}.max_probe_interval);
   }
+  std::fprintf(stderr, "treespark serve: warmed up in %.0f ms\n", server::warm_up(bundle));
   auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine, defaults);
   server.set_ready(*backend, server::describe_model(bundle, name, backend->max_context()));
   std::fprintf(stderr, "treespark serve: ready: model '%s', mode %s%s, max batch %d, max queue %d, context %d\n",
