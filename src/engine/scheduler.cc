@@ -207,10 +207,12 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const bool held_before = state.draft_residual[bucket].count > 0;
   if (state.draft_observed++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
   if (!step.probe) return;
-  // A probe that found rounds cheaper than the estimate it tested looks again soon; one that confirmed it backs
-  // off, so where speculation does not pay the probes' cost shrinks toward one round per max_probe_interval steps.
+  // A probe that found rounds clearly cheaper than the estimate it tested (by kProbeRelief) looks again soon; one
+  // that confirmed it (within noise) backs off, so where speculation does not pay the probes' cost shrinks toward
+  // one round per max_probe_interval steps however noisy the rounds are.
+  constexpr double kProbeRelief = 0.75;
   const SchedulerConfig& c = state.config;
-  if (held_before && per_request >= estimate_before) {
+  if (held_before && per_request >= kProbeRelief * estimate_before) {
     state.probe_interval = std::min(std::max(c.probe_interval, c.max_probe_interval), 2 * current_probe_interval(state));
   } else {
     state.probe_interval = c.probe_interval;

@@ -27,7 +27,7 @@
 //      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
 //      efficient candidate speculates whatever the price says, and its round is measured like any other. The
 //      interval starts at config.probe_interval, is reset whenever the policy speculates by itself or a probe
-//      measures a round cheaper than the estimate it tested, and doubles (up to max_probe_interval) after a probe
+//      measures a round at least 25% cheaper than the estimate it tested, and doubles (up to max_probe_interval) after a probe
 //      that confirms the estimate. Where speculation truly does not pay, exploration costs at most one round of
 //      one request every max_probe_interval + 1 steps.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
