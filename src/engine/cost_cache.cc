@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -113,15 +114,26 @@ CostCacheResult cached_cost_model(TargetModel& target, Drafter* drafter, const C
   const fs::path file = cache_dir() / cat("cost-", std::hex, std::hash<std::string>{}(full_key), ".json");
   res.path = file.string();
   std::error_code ec;
+  std::optional<spec::CostModel> cached;
+  std::string stale;
   if (o.use_cache && fs::exists(file, ec)) {
     try {
-      res.cost = read_cost_model(res.path);
-      res.from_cache = true;
-      res.log = cat("cost curve from ", res.path);
-      return res;
+      cached = read_cost_model(res.path);
     } catch (const Error&) {
       // unreadable or stale: measured again below
     }
+  }
+  if (cached) {
+    // A curve measured while the machine was busy is slower than the machine: one quick re-timing of L(1, 1)
+    // tells, and such a curve is measured again (a cached curve faster than now is kept: load only slows).
+    const double now = time_forward(target, so.context, 1, 5), then = cached->cost_ms(1, 1);
+    if (now >= kStaleCacheRatio * then || then - now < kStaleCacheMinMs) {
+      res.cost = *cached;
+      res.from_cache = true;
+      res.log = cat("cost curve from ", res.path, " (L(1,1) ", then, " ms, now ", now, " ms)");
+      return res;
+    }
+    stale = cat("the cached curve's L(1,1) ", then, " ms was measured on a busier machine (now ", now, " ms); ");
   }
   const double t0 = now_ms();
   const size_t probe_bytes = std::clamp<size_t>(2 * target.weight_bytes(), size_t(64) << 20, size_t(1) << 30);
@@ -135,6 +147,11 @@ CostCacheResult cached_cost_model(TargetModel& target, Drafter* drafter, const C
       for (size_t i = 0; i < cost.fixed_ms_by_batch.size(); ++i)
         cost.fixed_ms_by_batch[i] = std::min(cost.fixed_ms_by_batch[i], res.cost.fixed_ms_by_batch[i]);
       cost.fixed_ms = std::min(cost.fixed_ms, res.cost.fixed_ms);
+      make_monotone_in_k(cost);
+    }
+    if (cached && res.attempts == 1) {  // what the stale entry measured still bounds each point from above
+      for (size_t i = 0; i < cost.ms.size() && i < cached->ms.size(); ++i)
+        cost.ms[i] = std::min(cost.ms[i], cached->ms[i]);
       make_monotone_in_k(cost);
     }
     res.cost = cost;
@@ -169,7 +186,7 @@ CostCacheResult cached_cost_model(TargetModel& target, Drafter* drafter, const C
       where = cat("cache ", res.path, " not writable");
     }
   }
-  res.log = cat("measured the cost curve in ", int(res.measure_ms), " ms (", res.attempts, " attempt(s)); ", why,
+  res.log = cat(stale, "measured the cost curve in ", int(res.measure_ms), " ms (", res.attempts, " attempt(s)); ", why,
                 "; ", where);
   return res;
 }

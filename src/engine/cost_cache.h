@@ -15,7 +15,9 @@
 //   - repeatability: L(1, 1) and L(1, max k) are timed again after the curve; a point more than kMaxRepeatDrift
 //     away from the curve means the same.
 // Either way the whole curve is measured once more and the element-wise minimum of the two kept (interference
-// only ever makes a forward slower). What was decided is written to the log.
+// only ever makes a forward slower). A cached curve is re-checked at every start: L(1, 1) is timed (5 forwards),
+// and a curve whose L(1, 1) is more than 1 / kStaleCacheRatio times that and kStaleCacheMinMs above it (measured
+// while the machine was busier than now, where both checks above pass) is measured again and replaced. What was decided is written to the log.
 #pragma once
 
 #include <string>
@@ -39,6 +41,8 @@ struct CostCacheOptions {
 constexpr double kMaxRooflineRatio = 4.0;
 constexpr double kMaxRepeatDrift = 0.25;
 constexpr size_t kRooflineMinBytes = size_t(32) << 20;
+constexpr double kStaleCacheRatio = 0.75;
+constexpr double kStaleCacheMinMs = 0.2;  // and by at least this much: microsecond forwards are all noise
 
 struct CostCacheResult {
   spec::CostModel cost;

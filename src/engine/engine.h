@@ -117,9 +117,10 @@ class Engine {
   int max_context_ = 0;
   int64_t kv_bytes_per_row_ = 0;
   sched::SchedulerState sched_;
-  // Tree growth per draft node (expansion's ms / nodes over recent rounds, a robust window): the per-node work
-  // outside the target forward that adaptive trees price (spec::TreeParams::node_ms).
+  // Tree growth per draft node (expansion's ms / nodes over recent rounds after the first two, a robust window):
+  // the per-node work outside the target forward that adaptive trees price (spec::TreeParams::node_ms).
   sched::ResidualWindow node_work_ms_;
+  int64_t node_work_rounds_ = 0;  // rounds offered to node_work_ms_, the warm-up ones included
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
   RequestId next_id_ = 1;
   EngineMetrics metrics_;

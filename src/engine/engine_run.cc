@@ -289,7 +289,9 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
     }
     it.expand_ms = now_ms() - t0;
     report.expand_ms += it.expand_ms;
-    if (it.tree.size() > 1) node_work_ms_.add(it.expand_ms / (it.tree.size() - 1));
+    // The engine's first rounds pay one-off costs (first touch of the expansion's buffers): not a node's price.
+    if (it.tree.size() > 1 && ++node_work_rounds_ > sched::kResidualWarmupSteps)
+      node_work_ms_.add(it.expand_ms / (it.tree.size() - 1));
   }
 
   // 3. ONE target forward over every request's rows; on failure, each request alone.

@@ -139,6 +139,14 @@ TEST(CostCurve, CachedCostModelMeasuresOnceAndReadsItBack) {
   const CostCacheResult one = cached_cost_model(*pair.target, pair.drafter.get(), other);
   EXPECT_FALSE(one.from_cache);
   EXPECT_NE(one.path, first.path);
+  // A cached curve measured while the machine was busier (here: a millisecond slower per forward) is measured again.
+  spec::CostModel busy = again.cost;
+  for (double& v : busy.ms) v += 1.0;
+  write_cost_model(first.path, busy);
+  const CostCacheResult rechecked = cached_cost_model(*pair.target, pair.drafter.get(), o);
+  EXPECT_FALSE(rechecked.from_cache);
+  EXPECT_NE(rechecked.log.find("busier machine"), std::string::npos) << rechecked.log;
+  EXPECT_LT(read_cost_model(first.path).cost_ms(1, 1), busy.cost_ms(1, 1));
   std::ofstream(first.path) << "{ not json";
   const CostCacheResult remeasured = cached_cost_model(*pair.target, pair.drafter.get(), o);
   EXPECT_FALSE(remeasured.from_cache);
