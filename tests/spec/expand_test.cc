@@ -114,14 +114,10 @@ TEST(Expand, ChainModeGivesDraftLenNodes) {
   }
 }
 
-// Greedy best-first: the N nodes are the N best of the full branch_cap-ary tree (brute force), and survivals are
-// products of p_hat along the path.
-TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
-  const SyntheticDrafter d = SyntheticDrafter::random(7, 3, 2, 8);
-  const DraftSource s = d.source();
-  const Calibration cal{1.2, -0.2};
-  const int branch = 3;
-  std::vector<double> all;  // survivals of every node of the full tree
+// Survivals of every node of the full branch-ary greedy tree under anchor (children: the branch largest q, each
+// priced with its sibling rank and depth), best first: the brute-force reference of best-first expansion.
+std::vector<double> full_tree_survivals(const DraftSource& s, const Calibration& cal, int branch, int32_t anchor) {
+  std::vector<double> all;
   std::function<void(int32_t, int, double)> walk = [&](int32_t token, int depth, double survival) {
     if (depth == s.block_size) return;
     const std::vector<double> q = child_q(s, depth + 1, token);
@@ -129,13 +125,24 @@ TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
     for (size_t i = 0; i < q.size(); ++i) order[i] = static_cast<int32_t>(i);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return q[a] > q[b]; });
     for (int r = 0; r < branch; ++r) {
-      const double child = survival * cal.p_hat(q[order[r]]);
+      const double child = survival * cal.p_hat(q[order[r]], r, depth + 1);
       all.push_back(child);
       walk(order[r], depth + 1, child);
     }
   };
-  walk(2, 0, 1.0);
+  walk(anchor, 0, 1.0);
   std::sort(all.rbegin(), all.rend());
+  return all;
+}
+
+// Greedy best-first: the N nodes are the N best of the full branch_cap-ary tree (brute force), and survivals are
+// products of p_hat along the path.
+TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
+  const SyntheticDrafter d = SyntheticDrafter::random(7, 3, 2, 8);
+  const DraftSource s = d.source();
+  const Calibration cal{1.2, -0.2};
+  const int branch = 3;
+  const std::vector<double> all = full_tree_survivals(s, cal, branch, 2);  // every node of the full tree, best first
   for (int n : {1, 4, 10, 25}) {
     RandomChooser chooser = unused_chooser();
     const DraftTree tree = expand(s, 2, params(TreeMode::Tree, branch, n, 0), cal, chooser);
@@ -167,21 +174,7 @@ TEST(Expand, GreedyTreeWithRankAndDepthOffsetsIsTheBestN) {
   cal.rank_offset[1] = -0.7, cal.rank_offset[2] = -1.2, cal.rank_offset[3] = -2.0;
   cal.depth_offset[1] = -0.6, cal.depth_offset[2] = -1.1, cal.depth_offset[3] = -1.9;
   const int branch = 3;
-  std::vector<double> all;  // survivals of every node of the full tree
-  std::function<void(int32_t, int, double)> walk = [&](int32_t token, int depth, double survival) {
-    if (depth == s.block_size) return;
-    const std::vector<double> q = child_q(s, depth + 1, token);
-    std::vector<int32_t> order(q.size());
-    for (size_t i = 0; i < q.size(); ++i) order[i] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return q[a] > q[b]; });
-    for (int r = 0; r < branch; ++r) {
-      const double child = survival * cal.p_hat(q[order[r]], r, depth + 1);
-      all.push_back(child);
-      walk(order[r], depth + 1, child);
-    }
-  };
-  walk(2, 0, 1.0);
-  std::sort(all.rbegin(), all.rend());
+  const std::vector<double> all = full_tree_survivals(s, cal, branch, 2);  // every node of the full tree, best first
   for (int n : {3, 8, 20}) {
     RandomChooser chooser = unused_chooser();
     const DraftTree tree = expand(s, 2, params(TreeMode::Tree, branch, n, 0), cal, chooser);
