@@ -110,9 +110,13 @@ void parse_messages(const json& body, CompletionRequest& r) {
 void parse_prompt(const json& body, CompletionRequest& r) {
   const json* prompt = field(body, "prompt");
   if (!prompt) throw bad_request("missing_field", "'prompt' is required", "prompt");
-  json p = *prompt;
+  // Read in place, never copied: a copy recurses once per nesting level, and a client's 1,000,000-deep array
+  // overflowed a worker's stack that way.
+  const json* unwrapped = prompt;
   // A one-element array holding one prompt is the same prompt; more than one is a batch, which needs n > 1.
-  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = json(p[0]);
+  if (unwrapped->is_array() && unwrapped->size() == 1 && ((*unwrapped)[0].is_string() || (*unwrapped)[0].is_array()))
+    unwrapped = &(*unwrapped)[0];
+  const json& p = *unwrapped;
   if (p.is_string()) {
     r.prompt_text = p.get<std::string>();
     if (r.prompt_text.empty()) throw bad_request("invalid_value", "'prompt' must not be empty", "prompt");

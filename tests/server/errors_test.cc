@@ -137,6 +137,26 @@ TEST_F(ServerTest, BadRequestTable) {
   EXPECT_EQ(ok->status, 200);
 }
 
+// A prompt nested 1,000,000 arrays deep (a 2 MB body, under the body cap) once overflowed a worker's stack through
+// a recursive copy of the value and killed the process (issue 28 saw it at 70,000 levels): it is a 400 like any
+// other wrong prompt.
+TEST_F(ServerTest, DeeplyNestedPromptIsA400NotACrash) {
+  start();
+  constexpr int kDepth = 1000000;
+  std::string body = "{\"prompt\": ";
+  body.append(kDepth, '[');
+  body += "1";
+  body.append(kDepth, ']');
+  body += "}";
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body.substr(0, 200);
+  EXPECT_TRUE(backend_->submitted().empty());
+  auto ok = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
 TEST_F(ServerTest, OversizedBodyIs413) {
   ServerOptions so;
   so.max_body_bytes = 1000;
