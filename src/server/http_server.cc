@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <random>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -20,6 +21,12 @@ namespace ts::server {
 using nlohmann::json;
 
 namespace {
+
+// A seed for a request that gave none: each thread's own generator, seeded once from the system's entropy.
+uint64_t fresh_seed() {
+  thread_local std::mt19937_64 generator{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  return generator() >> 1;  // within a JSON integer's non-negative range, as a client's seed would be
+}
 
 // Set on the threads that answer connections the worker queue had no room for: the pre-routing handler answers
 // them 503 at once, without reading a body.
@@ -248,6 +255,9 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     BackendRequest br;
     br.prompt = std::move(prompt.ids);
     br.sampling = request.sampling;
+    // Without a seed every request samples afresh, as OpenAI's and vLLM's do (a fixed default made every unseeded
+    // T > 0 request return the same text: regenerate, best-of-n and pass@k broke).
+    if (!request.seed_given) br.sampling.seed = fresh_seed();
     br.max_tokens = prompt.max_tokens;
     br.stop_ids = model_.stop_ids;
     const int prompt_tokens = int(br.prompt.size());

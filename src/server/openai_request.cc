@@ -180,6 +180,7 @@ void parse_sampling(const json& body, CompletionRequest& r) {
     const long long seed = integer(*v, "seed");
     if (seed < 0) throw out_of_range("seed", "must be >= 0");
     s.seed = uint64_t(seed);
+    r.seed_given = true;
   }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const json* v = field(body, name)) {

@@ -32,6 +32,7 @@ struct CompletionRequest {
   bool enable_thinking = true;             // chat_template_kwargs.enable_thinking
   int max_tokens = -1;                     // -1: the endpoint's default
   SamplingParams sampling;
+  bool seed_given = false;                 // "seed" was in the body; without it the server draws a fresh seed
   std::vector<std::string> stop;           // stop strings (not included in the output)
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage

@@ -157,6 +157,26 @@ TEST_F(ServerTest, DeeplyNestedPromptIsA400NotACrash) {
   EXPECT_EQ(ok->status, 200);
 }
 
+// Unseeded requests sample afresh (a fixed default seed made every unseeded T > 0 request the same); a seed given
+// is passed through.
+TEST_F(ServerTest, UnseededRequestsGetFreshSeedsAndSeededOnesKeepTheirs) {
+  start();
+  for (int i = 0; i < 3; ++i) {
+    auto r = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}, {"temperature", 1}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+  }
+  auto seeded = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}, {"temperature", 1}, {"seed", 7}});
+  ASSERT_TRUE(seeded);
+  ASSERT_EQ(seeded->status, 200);
+  const std::vector<BackendRequest> got = backend_->submitted();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_NE(got[0].sampling.seed, got[1].sampling.seed);
+  EXPECT_NE(got[1].sampling.seed, got[2].sampling.seed);
+  EXPECT_NE(got[0].sampling.seed, got[2].sampling.seed);
+  EXPECT_EQ(got[3].sampling.seed, 7u);
+}
+
 TEST_F(ServerTest, OversizedBodyIs413) {
   ServerOptions so;
   so.max_body_bytes = 1000;
