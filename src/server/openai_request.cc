@@ -210,12 +210,61 @@ void reject_unsupported(const json& body, bool chat) {
     const json* t = field(*v, "type");
     if (!t || *t != "text") throw unsupported("response_format", "only {\"type\": \"text\"} is supported");
   }
+  // Parameters that would change the output and are not implemented are refused by name rather than ignored;
+  // their neutral values are accepted. Harmless metadata (service_tier, parallel_tool_calls, prediction: a latency
+  // hint) is accepted and has no effect.
+  if (const json* v = field(body, "logit_bias"))
+    if (!(v->is_null() || (v->is_object() && v->empty()))) throw unsupported("logit_bias", "is not supported yet");
+  if (const json* v = field(body, "top_logprobs"))
+    if (!(v->is_null() || (v->is_number_integer() && v->get<long long>() == 0)))
+      throw unsupported("top_logprobs", "is not supported yet (logprobs are not)");
+  if (const json* v = field(body, "ignore_eos"))
+    if (boolean(*v, "ignore_eos")) throw unsupported("ignore_eos", "is not supported yet");
+  if (const json* v = field(body, "min_tokens"))
+    if (integer(*v, "min_tokens") != 0) throw unsupported("min_tokens", "is not supported yet (only 0)");
+  if (const json* v = field(body, "repetition_penalty"))
+    if (number(*v, "repetition_penalty") != 1) throw unsupported("repetition_penalty", "is not supported yet (only 1)");
+  if (const json* v = field(body, "reasoning_effort"))
+    if (!v->is_null()) throw unsupported("reasoning_effort", "is not supported");
+  if (const json* v = field(body, "modalities"))
+    if (!(v->is_null() || *v == json::array({"text"}))) throw unsupported("modalities", "only [\"text\"] is supported");
+  if (const json* v = field(body, "tool_choice"))
+    if (!(v->is_null() || *v == "none" || *v == "auto"))
+      throw unsupported("tool_choice", "needs tools, which are not supported (\"none\" and \"auto\" are accepted)");
   (void)chat;
+}
+
+// Nesting depth of the JSON text's arrays and objects, counted before parsing so that no parse, copy or
+// destruction of the value ever recurses deeper than kMaxJsonDepth (a string's brackets do not count).
+int json_nesting_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 }  // namespace
 
 CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+  if (json_nesting_depth(body_text) > kMaxJsonDepth)
+    throw bad_request("invalid_json", "the request body nests arrays and objects deeper than " +
+                                          std::to_string(kMaxJsonDepth) + " levels");
   json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) throw bad_request("invalid_json", "the request body is not valid JSON");
   if (!body.is_object()) throw bad_request("invalid_json", std::string("the request body must be a JSON object, got ") + type_name(body));

@@ -39,7 +39,11 @@ struct CompletionRequest {
   bool return_token_ids = false;           // treespark extension: the generated ids in each choice
 };
 
-// Throws ApiError on malformed JSON, wrong types, unknown roles, out-of-range or unsupported parameters.
+// Bodies nesting arrays and objects deeper than this are refused before they are parsed (400 invalid_json).
+constexpr int kMaxJsonDepth = 128;
+
+// Throws ApiError on malformed JSON, nesting past kMaxJsonDepth, wrong types, unknown roles, out-of-range or
+// unsupported parameters.
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
 
 struct PreparedPrompt {

@@ -78,6 +78,22 @@ std::vector<BadCase> bad_cases() {
       {"best_of_three", C, "{\"prompt\": \"a\", \"best_of\": 3}", 400, "unsupported_parameter", "best_of"},
       {"echo_true", C, "{\"prompt\": \"a\", \"echo\": true}", 400, "unsupported_parameter", "echo"},
       {"logprobs", C, "{\"prompt\": \"a\", \"logprobs\": 5}", 400, "unsupported_parameter", "logprobs"},
+      // Output-changing parameters not implemented are refused by name, not ignored.
+      {"logit_bias", C, "{\"prompt\": \"a\", \"logit_bias\": {\"5\": -100}}", 400, "unsupported_parameter",
+       "logit_bias"},
+      {"top_logprobs", H, "{" + kUser + ", \"top_logprobs\": 3}", 400, "unsupported_parameter", "top_logprobs"},
+      {"ignore_eos", C, "{\"prompt\": \"a\", \"ignore_eos\": true}", 400, "unsupported_parameter", "ignore_eos"},
+      {"min_tokens", C, "{\"prompt\": \"a\", \"min_tokens\": 5}", 400, "unsupported_parameter", "min_tokens"},
+      {"repetition_penalty", C, "{\"prompt\": \"a\", \"repetition_penalty\": 1.1}", 400, "unsupported_parameter",
+       "repetition_penalty"},
+      {"reasoning_effort", H, "{" + kUser + ", \"reasoning_effort\": \"low\"}", 400, "unsupported_parameter",
+       "reasoning_effort"},
+      {"modalities_audio", H, "{" + kUser + ", \"modalities\": [\"text\", \"audio\"]}", 400,
+       "unsupported_parameter", "modalities"},
+      {"tool_choice_required", H, "{" + kUser + ", \"tool_choice\": \"required\"}", 400, "unsupported_parameter",
+       "tool_choice"},
+      {"nested_past_the_limit", C, "{\"prompt\": \"a\", \"x\": " + std::string(kMaxJsonDepth, '[') +
+       std::string(kMaxJsonDepth, ']') + "}", 400, "invalid_json", ""},
       {"tools", H, "{" + kUser + ", \"tools\": [{\"type\": \"function\"}]}", 400, "unsupported_parameter", "tools"},
       {"presence_penalty", C, "{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 400, "unsupported_parameter",
        "presence_penalty"},
@@ -135,6 +151,21 @@ TEST_F(ServerTest, BadRequestTable) {
   auto ok = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+  // Neutral values and harmless metadata are accepted; brackets inside strings do not count as nesting.
+  const json accepted = {{"prompt", std::string(kMaxJsonDepth + 50, '[')},
+                         {"max_tokens", 2},
+                         {"logit_bias", json::object()},
+                         {"ignore_eos", false},
+                         {"min_tokens", 0},
+                         {"repetition_penalty", 1},
+                         {"service_tier", "auto"},
+                         {"parallel_tool_calls", true},
+                         {"prediction", {{"type", "content"}, {"content", "x"}}},
+                         {"tool_choice", "none"},
+                         {"modalities", {"text"}}};
+  auto also = post("/v1/completions", accepted);
+  ASSERT_TRUE(also);
+  EXPECT_EQ(also->status, 200) << also->body;
 }
 
 // A prompt nested 1,000,000 arrays deep (a 2 MB body, under the body cap) once overflowed a worker's stack through
