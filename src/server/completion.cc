@@ -181,7 +181,9 @@ json Completion::final_chunk() const {
   }
   if (request_.return_token_ids) choice["token_ids"] = ids_;
   j["choices"] = json::array({choice});
-  j["usage"] = usage();  // llama.cpp also puts usage and timings on the last chunk
+  // With include_usage the usage comes once, in the chunk after this one (OpenAI, vLLM); without it, here
+  // (llama.cpp puts usage and timings on the last chunk).
+  j["usage"] = request_.include_usage ? json(nullptr) : usage();
   j["timings"] = timings();
   return j;
 }

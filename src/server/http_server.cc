@@ -213,11 +213,22 @@ void HttpServer::install_routes() {
       case State::Draining: send_error(res, 503, "the server is shutting down", "unavailable_error", "draining"); break;
     }
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  const auto model_object = [this] {
+    return json{{"id", model_.name}, {"object", "model"}, {"created", (long long)std::time(nullptr)},
+                {"owned_by", "treespark"}, {"max_model_len", model_.max_context}};
+  };
+  http_->Get("/v1/models", [this, model_object](const httplib::Request&, httplib::Response& res) {
     if (state_.load() == State::Loading) return send_error(res, 503, "the model is loading", "unavailable_error", "loading");
-    json model = {{"id", model_.name}, {"object", "model"}, {"created", (long long)std::time(nullptr)},
-                  {"owned_by", "treespark"}, {"max_model_len", model_.max_context}};
-    res.set_content(dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+    res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  });
+  // OpenAI's retrieve-model call: the served model by its id, else 404.
+  http_->Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    if (state_.load() == State::Loading) return send_error(res, 503, "the model is loading", "unavailable_error", "loading");
+    if (req.matches[1] != model_.name)
+      return send_error(res, 404, "the model '" + std::string(req.matches[1]) + "' does not exist; this server serves '" +
+                                      model_.name + "'",
+                        "invalid_request_error", "model_not_found");
+    res.set_content(dump_json(model_object()), "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     BackendMetrics bm;

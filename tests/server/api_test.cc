@@ -103,7 +103,7 @@ TEST_F(ServerTest, StreamingCompletionFormat) {
   }
   const json& fin = s.events[s.events.size() - 2];
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(fin["usage"]["completion_tokens"], 7);
+  EXPECT_TRUE(fin.contains("usage") && fin["usage"].is_null());  // include_usage: usage comes once, next
   const json& usage = s.events.back();
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 7);
@@ -199,6 +199,17 @@ TEST_F(ServerTest, ModelsEndpoint) {
   ASSERT_EQ(j["data"].size(), 1u);
   EXPECT_EQ(j["data"][0]["id"], "treespark-test");
   EXPECT_EQ(j["data"][0]["max_model_len"], 256);
+  // Retrieve one model by id (OpenAI's models.retrieve); another id is 404.
+  auto one = get("/v1/models/treespark-test");
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->status, 200);
+  const json m = json::parse(one->body);
+  EXPECT_EQ(m["id"], "treespark-test");
+  EXPECT_EQ(m["object"], "model");
+  auto other = get("/v1/models/gpt-4");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
 }
 
 TEST_F(ServerTest, HealthIs503WhileLoadingThenOk) {
