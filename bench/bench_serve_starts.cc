@@ -71,7 +71,7 @@ StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const
   r.tok_s = wall_s > 0 ? double(r.tokens) / wall_s : 0;
   const server::BackendMetrics m = live.backend.metrics();
   double decode_steps = 0, spec_steps = 0;
-  for (const auto& [name, v] : m.gauges) {
+  for (const auto& [name, v] : m.counters) {
     if (name == "engine_decode_steps") decode_steps = v;
     if (name == "spec_decode_steps") spec_steps = v;
     if (name == "spec_decode_probe_steps") r.probes = long(v);

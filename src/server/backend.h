@@ -75,6 +75,8 @@ struct BackendMetrics {
   std::vector<long> accepted_per_pos;  // [block_size]: rounds whose accepted path reached position p (0-based)
   // Engine-specific gauges exported as treespark:<name> (e.g. the last round's batch, theta, tree size).
   std::vector<std::pair<std::string, double>> gauges;
+  // Engine-specific monotone counters exported as treespark:<name>_total, Prometheus type counter.
+  std::vector<std::pair<std::string, double>> counters;
 };
 
 class Backend {

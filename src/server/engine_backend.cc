@@ -81,18 +81,18 @@ BackendMetrics EngineBackend::metrics() const {
   b.accepted_per_pos.assign(m.spec_decode_num_accepted_tokens_per_pos.begin(),
                             m.spec_decode_num_accepted_tokens_per_pos.end());
   b.gauges.emplace_back("kv_reserved_perc", m.kv_reserved_perc);
-  b.gauges.emplace_back("spec_decode_predicted_tokens_total", m.spec_decode_predicted_tokens);
+  b.counters.emplace_back("spec_decode_predicted_tokens", m.spec_decode_predicted_tokens);
   b.gauges.emplace_back("kv_budget_bytes", double(m.kv_budget_bytes));
-  b.gauges.emplace_back("engine_steps", double(m.steps));
+  b.counters.emplace_back("engine_steps", double(m.steps));
   // The load-adaptive policy: decode steps, those that speculated (and their share), and its probes among them.
-  b.gauges.emplace_back("engine_decode_steps", double(m.decode_steps));
-  b.gauges.emplace_back("spec_decode_steps", double(m.speculative_steps));
-  b.gauges.emplace_back("spec_decode_probe_steps", double(m.probe_steps));
+  b.counters.emplace_back("engine_decode_steps", double(m.decode_steps));
+  b.counters.emplace_back("spec_decode_steps", double(m.speculative_steps));
+  b.counters.emplace_back("spec_decode_probe_steps", double(m.probe_steps));
   b.gauges.emplace_back("spec_decode_tree_node_ms", m.tree_node_ms);
   b.gauges.emplace_back("spec_decode_step_share",
                         m.decode_steps > 0 ? double(m.speculative_steps) / double(m.decode_steps) : 0.0);
-  b.gauges.emplace_back("engine_step_seconds_total", m.step_ms_total / 1e3);
-  b.gauges.emplace_back("engine_schedule_seconds_total", m.schedule_ms_total / 1e3);
+  b.counters.emplace_back("engine_step_seconds", m.step_ms_total / 1e3);
+  b.counters.emplace_back("engine_schedule_seconds", m.schedule_ms_total / 1e3);
   std::lock_guard<std::mutex> lock(step_mutex_);
   const StepReport& s = last_step_;
   double theta = 0, tree = 0;

@@ -152,6 +152,10 @@ std::string ServerMetrics::render(const std::string& model_name, const BackendMe
     header(out, "treespark:" + name, "gauge", "Engine gauge.");
     sample(out, "treespark:" + name, L, v);
   }
+  for (const auto& [name, v] : m.counters) {
+    header(out, "treespark:" + name + "_total", "counter", "Engine counter.");
+    sample(out, "treespark:" + name + "_total", L, v);
+  }
   return out;
 }
 

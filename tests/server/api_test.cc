@@ -265,6 +265,9 @@ TEST_F(ServerTest, MetricsCountersMove) {
   EXPECT_EQ(metric_value(m, "vllm:kv_cache_usage_perc" + L), 0);
   EXPECT_EQ(metric_value(m, "treespark:http_errors_total" + L + ",status=\"400\""), 1);
   EXPECT_EQ(metric_value(m, "treespark:fake_gauge" + L), 42);
+  // Engine counters are Prometheus counters named *_total; no gauge carries that suffix.
+  EXPECT_EQ(metric_value(m, "treespark:fake_events_total" + L), 7);
+  EXPECT_NE(m.find("# TYPE treespark:fake_events_total counter"), std::string::npos);
   EXPECT_NE(m.find("# TYPE vllm:time_to_first_token_seconds histogram"), std::string::npos);
   EXPECT_NE(m.find("vllm:time_to_first_token_seconds_bucket" + L + ",le=\"+Inf\"} 1"), std::string::npos);
 }

@@ -140,6 +140,7 @@ TEST_F(EngineServerTest, GreedyTreeThroughTheServerEqualsTargetGreedyAtConcurren
   // What the calibration predicted, beside what was accepted.
   EXPECT_GT(metric_value(m->body, "treespark:spec_decode_predicted_tokens_total{model_name=\"treespark-target\""),
             0);
+  EXPECT_EQ(m->body.find("_total gauge"), std::string::npos) << "a monotone count exported as a gauge";
 }
 
 // serve warms the pair up before it answers; the models keep no state from it: output is unchanged.
@@ -187,8 +188,8 @@ TEST_F(EngineServerTest, SlowFirstDraftingStepsDoNotStopASingleClientsSpeculatio
   auto counters = [&](double* decode_steps, double* speculative_steps) {
     auto m = c.Get("/metrics");
     ASSERT_TRUE(m);
-    *decode_steps = metric_value(m->body, "treespark:engine_decode_steps" + L);
-    *speculative_steps = metric_value(m->body, "treespark:spec_decode_steps" + L);
+    *decode_steps = metric_value(m->body, "treespark:engine_decode_steps_total" + L);
+    *speculative_steps = metric_value(m->body, "treespark:spec_decode_steps_total" + L);
   };
   // The slow steps first switch speculation off; probes re-measure and bring it back within a few dozen steps.
   // A request counts once it started after the slow steps and speculated in most of its decode steps.
@@ -210,7 +211,7 @@ TEST_F(EngineServerTest, SlowFirstDraftingStepsDoNotStopASingleClientsSpeculatio
   EXPECT_GE(share, 0.8) << "share of the last request's decode steps that speculated";
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
-  EXPECT_GT(metric_value(m->body, "treespark:spec_decode_probe_steps" + L), 0) << "probes brought it back";
+  EXPECT_GT(metric_value(m->body, "treespark:spec_decode_probe_steps_total" + L), 0) << "probes brought it back";
   std::printf("[slow start] request %d speculated in %.0f%% of its steps\n", requests + 1, 100 * share);
 }
 

@@ -77,6 +77,7 @@ class FakeBackend : public Backend {
     m.waiting = int(waiting_.size());
     m.kv_cache_usage = double(running_.size()) / options_.max_running;
     m.gauges = {{"fake_gauge", 42}};
+    m.counters = {{"fake_events", 7}};
     return m;
   }
 
