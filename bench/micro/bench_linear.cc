@@ -5,7 +5,8 @@
 // minimum is the best estimate of the kernel's own speed. Ratios are of minima.
 // With 1 thread the clock is the thread's CPU time, not wall time, so time spent descheduled by other users of
 // a busy machine is not counted (memory-bandwidth contention still is).
-//   bench_linear [threads] [MiB of weight copies] [which: all | bf16 | f32] [OUTxIN]
+//   bench_linear [threads] [MiB of weight copies] [which: all | bf16 | f32 | q8_0 | q4_0, or several: q8_0,q4_0]
+//                [OUTxIN]
 //
 // Measured on the project machine (Xeon family 6 model 207, 2 vCPUs, 260 MiB L3), 1 thread, CPU clock, while
 // ~5 other jobs ran (memory bandwidth shared, so GB/s are low; 2-thread wall-clock runs were swamped by the load):
@@ -51,21 +52,29 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void bench_shape(int out, int in, DType compute, Isa isa, size_t total_mib) {
+// format: "bf16", "f32", "q8_0" or "q4_0" (quantized at construction).
+void bench_shape(int out, int in, const std::string& format, Isa isa, size_t total_mib) {
+  const DType compute = format == "f32" ? DType::F32 : DType::BF16;
   set_isa(isa);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> w(size_t(out) * in);  // [out, in] bf16
   for (auto& v : w) v = f32_to_bf16(normal(rng));
-  const size_t layer_bytes = w.size() * (compute == DType::BF16 ? 2 : 4);
-  const int copies = int(std::max<size_t>(2, total_mib * 1024 * 1024 / layer_bytes));
   std::vector<Linear> layers;
-  for (int i = 0; i < copies; ++i) layers.emplace_back(w.data(), DType::BF16, out, in, compute);
+  const auto make = [&] {
+    if (format == "q8_0") return Linear(w.data(), DType::BF16, out, in, QuantType::Q8_0);
+    if (format == "q4_0") return Linear(w.data(), DType::BF16, out, in, QuantType::Q4_0);
+    return Linear(w.data(), DType::BF16, out, in, compute);
+  };
+  layers.push_back(make());
+  const size_t layer_bytes = layers[0].weight_bytes();
+  const int copies = int(std::max<size_t>(2, total_mib * 1024 * 1024 / layer_bytes));
+  for (int i = 1; i < copies; ++i) layers.push_back(make());
 
   const int max_rows = 128;
   std::vector<float> x(size_t(max_rows) * in), y(size_t(max_rows) * out);
   for (auto& v : x) v = normal(rng) * 50.0f;
-  std::printf("%5dx%-5d %-4s %-20s", out, in, dtype_name(compute), layers[0].backend_name());
+  std::printf("%5dx%-5d %-4s %-20s", out, in, layers[0].format_name(), layers[0].backend_name());
   double t1 = 0;
   for (int rows : {1, 2, 3, 4, 5, 8, 16, 32, 64, 128}) {
     for (auto& l : layers) l.forward(x.data(), rows, y.data());  // warm-up
@@ -120,9 +129,9 @@ int main(int argc, char** argv) {
       if (isa != Isa::Scalar) isas.push_back(isa);
   }
   for (auto [out, in] : shapes) {
-    for (DType compute : {DType::BF16, DType::F32}) {
-      if (which != "all" && which != (compute == DType::BF16 ? "bf16" : "f32")) continue;
-      for (Isa isa : isas) bench_shape(out, in, compute, isa, mib);
+    for (const char* format : {"bf16", "f32", "q8_0", "q4_0"}) {
+      if (which != "all" && which.find(format) == std::string::npos) continue;
+      for (Isa isa : isas) bench_shape(out, in, format, isa, mib);
     }
   }
 }

@@ -44,6 +44,12 @@ const CpuFeatures& cpu_features() {
     // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16; then Linux must grant the tile state.
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
     const bool amx_cpuid = ((edx >> 24) & 1) && ((edx >> 22) & 1);
+    f.avx512_vnni = f.avx512f && ((ecx >> 11) & 1);  // leaf 7 ECX bit 11
+    const unsigned max_leaf7_subleaf = eax;
+    if (max_leaf7_subleaf >= 1) {  // leaf 7 sub-leaf 1: EAX bit 4 AVX-VNNI
+      __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
+      f.avx_vnni = f.avx2 && ((eax >> 4) & 1);
+    }
     f.amx_bf16 = amx_cpuid && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16 &&
                  request_amx_permission();
     return f;

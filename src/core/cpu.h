@@ -16,6 +16,8 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;
+  bool avx512_vnni = false;  // vpdpbusd on zmm (the quantized GEMM's avx512 kernel; emulated without it)
+  bool avx_vnni = false;     // vpdpbusd on ymm, VEX-encoded (the quantized GEMM's avx2 kernel; emulated without it)
   bool amx_bf16 = false;  // AMX-TILE and AMX-BF16 in CPUID, and Linux granted this process the tile state
 };
 

@@ -9,6 +9,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/weight_memory.h"
 
@@ -47,9 +48,44 @@ std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n)
 struct Linear::Impl {
   int out_features = 0, in_features = 0;
   DType compute = DType::BF16;
-  WeightBlock packed;  // see gemm_packed.h for the layout (the same for every ISA); on huge pages where possible
+  WeightBlock packed;  // see gemm_packed.h (or qgemm.h) for the layout (the same for every ISA); on huge pages
   size_t packed_bytes = 0;
+  bool quantized = false;
+  QuantType quant = QuantType::Q8_0;  // when quantized
 };
+
+Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, QuantType quant) {
+  TS_CHECK(out_features > 0 && in_features > 0, "Linear: expected positive shape, got ", out_features, "x",
+           in_features);
+  TS_CHECK(cpu::qgemm_supports(quant), "Linear: ", quant_type_name(quant), " weights are not supported");
+  TS_CHECK(in_features % cpu::kQBlock == 0, "Linear: ", quant_type_name(quant), " needs in_features a multiple of 32, got ",
+           in_features);
+  const size_t n = size_t(out_features) * in_features;
+  std::vector<float> w_f32 = weights_as_f32(weight, weight_dtype, n);  // [out, in]
+  const size_t rb = row_bytes(quant, in_features);
+  std::vector<uint8_t> blocks(rb * out_features);  // [out][in / 32] blocks
+  for (int o = 0; o < out_features; ++o) {
+    ref::quantize_row(quant, w_f32.data() + size_t(o) * in_features, blocks.data() + rb * o, in_features);
+  }
+  *this = from_blocks(blocks.data(), quant, out_features, in_features);
+}
+
+Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features, int in_features) {
+  TS_CHECK(out_features > 0 && in_features > 0 && in_features % cpu::kQBlock == 0 && cpu::qgemm_supports(quant),
+           "Linear: cannot run ", quant_type_name(quant), " weights of shape ", out_features, "x", in_features);
+  Linear l;
+  l.impl_ = std::make_unique<Impl>();
+  Impl& m = *l.impl_;
+  m.out_features = out_features;
+  m.in_features = in_features;
+  m.compute = DType::F32;
+  m.quantized = true;
+  m.quant = quant;
+  m.packed_bytes = cpu::qgemm_packed_bytes(quant, out_features, in_features);
+  m.packed = allocate_weight_block(m.packed_bytes);
+  cpu::qgemm_pack(quant, blocks, out_features, in_features, static_cast<uint8_t*>(m.packed.get()));
+  return l;
+}
 
 Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute)
     : impl_(std::make_unique<Impl>()) {
@@ -98,6 +134,13 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 void Linear::forward(const float* x, int rows, float* y) const {
   const Impl& m = *impl_;
   TS_CHECK(rows >= 1, "Linear::forward: expected rows >= 1, got ", rows);
+  if (m.quantized) {
+    thread_local cpu::QuantizedRows acts;  // [rows, in / 32] blocks of x
+    const cpu::QgemmKernel kernel = cpu::qgemm_active_kernel();
+    cpu::quantize_rows(kernel, x, rows, m.in_features, &acts);
+    return cpu::qgemm(kernel, m.quant, acts, static_cast<const uint8_t*>(m.packed.get()), y, m.out_features,
+                      m.in_features);
+  }
   const Isa isa = active_isa();
   if (m.compute == DType::F32) {
     const float* w = static_cast<const float*>(m.packed.get());
@@ -140,8 +183,23 @@ int Linear::out_features() const { return impl_->out_features; }
 int Linear::in_features() const { return impl_->in_features; }
 DType Linear::compute_type() const { return impl_->compute; }
 size_t Linear::weight_bytes() const { return impl_->packed_bytes; }
+bool Linear::quantized() const { return impl_->quantized; }
+QuantType Linear::quant_type() const { return impl_->quant; }
+const char* Linear::format_name() const {
+  if (impl_->quantized) return quant_type_name(impl_->quant);
+  return impl_->compute == DType::BF16 ? "bf16" : "f32";
+}
 
 const char* Linear::backend_name() const {
+  if (impl_->quantized) {
+    switch (cpu::qgemm_active_kernel()) {
+      case cpu::QgemmKernel::Avx512Vnni: return "qgemm-avx512-vnni";
+      case cpu::QgemmKernel::Avx512: return "qgemm-avx512";
+      case cpu::QgemmKernel::Avx2Vnni: return "qgemm-avx2-vnni";
+      case cpu::QgemmKernel::Avx2: return "qgemm-avx2";
+      case cpu::QgemmKernel::Scalar: return "qgemm-scalar";
+    }
+  }
   const bool bf16 = impl_->compute == DType::BF16;
   switch (active_isa()) {
     case Isa::Avx512Bf16: return bf16 ? "packed-avx512bf16-dpbf16" : "packed-avx512-f32";

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/dtype.h"
+#include "kernels/quant.h"
 
 namespace ts::kernels {
 
@@ -16,6 +17,12 @@ class Linear {
   // F16 weights are converted at load to the compute type.
   Linear();  // empty until assigned
   Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute);
+  // Quantized: weight as above, quantized row by row to `quant` (ref::quantize_row: round to nearest), or
+  // `blocks` already in that format ([out_features rows][in_features / 32 blocks], e.g. from a GGUF file).
+  // Q8_0 and Q4_0, in_features a multiple of 32. The product quantizes each activation row in 32-value blocks
+  // and runs integer dot products (kernels/cpu/qgemm.h): every ISA variant gives the same bits.
+  Linear(const void* weight, DType weight_dtype, int out_features, int in_features, QuantType quant);
+  static Linear from_blocks(const void* blocks, QuantType quant, int out_features, int in_features);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -28,7 +35,10 @@ class Linear {
 
   int out_features() const;
   int in_features() const;
-  DType compute_type() const;
+  DType compute_type() const;  // F32 or BF16; F32 for quantized weights (the integer GEMM's output)
+  bool quantized() const;
+  QuantType quant_type() const;  // valid when quantized()
+  const char* format_name() const;  // "bf16", "f32", "Q8_0", "Q4_0"
   size_t weight_bytes() const;  // bytes of packed weights streamed per forward
   const char* backend_name() const;  // the GEMM the active variant runs, e.g. "packed-avx2-bf16"
 

@@ -1,0 +1,212 @@
+// The quantized GEMM's packing, its scalar reference (the definition every SIMD variant must equal bit for bit),
+// and the dispatch over variants and threads. Layout and arithmetic: qgemm.h.
+#include "kernels/cpu/qgemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
+
+namespace ts::kernels::cpu {
+
+namespace {
+
+// The signed weight value k (0..31) of a GGUF block.
+int block_weight(QuantType t, const uint8_t* block, int k) {
+  if (t == QuantType::Q8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[k];
+  const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(block);
+  return (k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4) - 8;
+}
+
+uint16_t block_scale(const uint8_t* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);  // d is the first field of both block types
+  return d;
+}
+
+}  // namespace
+
+void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_features, uint8_t* packed) {
+  TS_CHECK(qgemm_supports(t), "qgemm_pack: ", quant_type_name(t), " is not an integer-GEMM format");
+  TS_CHECK(in_features % kQBlock == 0, "qgemm_pack: in_features ", in_features, " is not a multiple of 32");
+  const int nb = in_features / kQBlock;
+  const size_t bb = block_bytes(t), gb = qgemm_group_block_bytes(t);
+  const uint8_t* src = static_cast<const uint8_t*>(blocks);  // [out][nb] blocks
+  std::memset(packed, 0, qgemm_packed_bytes(t, out_features, in_features));
+  for (int g = 0; g < qgemm_groups(out_features); ++g) {
+    for (int b = 0; b < nb; ++b) {
+      uint8_t* dst = packed + (size_t(g) * nb + b) * gb;
+      uint16_t* scales = reinterpret_cast<uint16_t*>(dst);  // [16]
+      uint8_t* quants = dst + 32;
+      for (int lane = 0; lane < kQGroup; ++lane) {
+        const int row = g * kQGroup + lane;
+        if (row >= out_features) {  // padding rows: scale 0; quants must still be the zero *value*
+          if (t == QuantType::Q8_0) {
+            for (int j = 0; j < 8; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 128, 4);
+          } else {
+            for (int j = 0; j < 4; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 0x88, 4);
+          }
+          continue;
+        }
+        const uint8_t* block = src + (size_t(row) * nb + b) * bb;
+        scales[lane] = block_scale(block);
+        for (int k = 0; k < kQBlock; ++k) {
+          const int w = block_weight(t, block, k);
+          if (t == QuantType::Q8_0) {
+            quants[((k / 4) * kQGroup + lane) * 4 + k % 4] = uint8_t(w + 128);
+          } else {
+            const int kk = k % 16;
+            uint8_t& byte = quants[((kk / 4) * kQGroup + lane) * 4 + kk % 4];
+            byte = uint8_t(byte | ((w + 8) << (k < 16 ? 0 : 4)));
+          }
+        }
+      }
+    }
+  }
+}
+
+void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts) {
+  const int nb = in_features / kQBlock;
+  acts->rows = rows;
+  acts->blocks = nb;
+  acts->q.resize(size_t(rows) * in_features);
+  acts->d.resize(size_t(rows) * nb);
+  acts->sum.resize(size_t(rows) * nb);
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < nb; ++b) {
+      const float* xb = x + size_t(r) * in_features + b * kQBlock;
+      int8_t* qb = acts->q.data() + size_t(r) * in_features + b * kQBlock;
+      float amax = 0.0f;
+      for (int k = 0; k < kQBlock; ++k) amax = std::max(amax, std::fabs(xb[k]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int k = 0; k < kQBlock; ++k) {
+        qb[k] = int8_t(std::nearbyint(xb[k] * id));  // round half to even, as cvtps2dq
+        sum += qb[k];
+      }
+      acts->d[size_t(r) * nb + b] = d;
+      acts->sum[size_t(r) * nb + b] = sum;
+    }
+  }
+}
+
+void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                         int in_features, int group_begin, int group_end) {
+  const int nb = in_features / kQBlock;
+  const size_t gb = qgemm_group_block_bytes(t);
+  for (int g = group_begin; g < group_end; ++g) {
+    for (int r = 0; r < acts.rows; ++r) {
+      float acc[kQGroup] = {};
+      for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = packed + (size_t(g) * nb + b) * gb;
+        const uint16_t* scales = reinterpret_cast<const uint16_t*>(blk);
+        const uint8_t* quants = blk + 32;
+        const int8_t* xq = acts.q.data() + size_t(r) * in_features + b * kQBlock;
+        const float dx = acts.d[size_t(r) * nb + b];
+        for (int lane = 0; lane < kQGroup; ++lane) {
+          int32_t isum = 0;
+          for (int k = 0; k < kQBlock; ++k) {
+            int w;
+            if (t == QuantType::Q8_0) {
+              w = int(quants[((k / 4) * kQGroup + lane) * 4 + k % 4]) - 128;
+            } else {
+              const int kk = k % 16;
+              const uint8_t byte = quants[((kk / 4) * kQGroup + lane) * 4 + kk % 4];
+              w = int(k < 16 ? byte & 0x0F : byte >> 4) - 8;
+            }
+            isum += w * xq[k];
+          }
+          acc[lane] = std::fma(f16_to_f32(scales[lane]) * dx, float(isum), acc[lane]);
+        }
+      }
+      for (int lane = 0; lane < kQGroup; ++lane) {
+        const int o = g * kQGroup + lane;
+        if (o < out_features) y[size_t(r) * out_features + o] = acc[lane];
+      }
+    }
+  }
+}
+
+const char* qgemm_kernel_name(QgemmKernel k) {
+  switch (k) {
+    case QgemmKernel::Scalar: return "scalar";
+    case QgemmKernel::Avx2: return "avx2";
+    case QgemmKernel::Avx2Vnni: return "avx2-vnni";
+    case QgemmKernel::Avx512: return "avx512";
+    case QgemmKernel::Avx512Vnni: return "avx512-vnni";
+  }
+  return "?";
+}
+
+bool qgemm_kernel_supported(QgemmKernel k) {
+  const CpuFeatures& f = cpu_features();
+  switch (k) {
+    case QgemmKernel::Scalar: return true;
+    case QgemmKernel::Avx2: return isa_supported(Isa::Avx2) && f.f16c;
+    case QgemmKernel::Avx2Vnni: return isa_supported(Isa::Avx2) && f.f16c && f.avx_vnni;
+    case QgemmKernel::Avx512: return isa_supported(Isa::Avx512) && f.f16c;
+    case QgemmKernel::Avx512Vnni: return isa_supported(Isa::Avx512) && f.f16c && f.avx512_vnni;
+  }
+  return false;
+}
+
+std::vector<QgemmKernel> qgemm_supported_kernels() {
+  std::vector<QgemmKernel> out;
+  for (QgemmKernel k : {QgemmKernel::Scalar, QgemmKernel::Avx2, QgemmKernel::Avx2Vnni, QgemmKernel::Avx512,
+                        QgemmKernel::Avx512Vnni}) {
+    if (qgemm_kernel_supported(k)) out.push_back(k);
+  }
+  return out;
+}
+
+QgemmKernel qgemm_active_kernel() {
+  switch (active_isa()) {
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+    case Isa::Amx:
+      return qgemm_kernel_supported(QgemmKernel::Avx512Vnni) ? QgemmKernel::Avx512Vnni : QgemmKernel::Avx512;
+    case Isa::Avx2: return qgemm_kernel_supported(QgemmKernel::Avx2Vnni) ? QgemmKernel::Avx2Vnni : QgemmKernel::Avx2;
+    case Isa::Scalar: break;
+  }
+  return QgemmKernel::Scalar;
+}
+
+void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts) {
+  TS_CHECK(in_features % kQBlock == 0, "quantize_rows: in_features ", in_features, " is not a multiple of 32");
+  switch (k) {
+    case QgemmKernel::Avx512:
+    case QgemmKernel::Avx512Vnni: return avx512::quantize_rows(x, rows, in_features, acts);
+    case QgemmKernel::Avx2:
+    case QgemmKernel::Avx2Vnni: return avx2::quantize_rows(x, rows, in_features, acts);
+    case QgemmKernel::Scalar: break;
+  }
+  quantize_rows_scalar(x, rows, in_features, acts);
+}
+
+void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+           int out_features, int in_features) {
+  const int groups = qgemm_groups(out_features);
+  const bool worth = gemm_worth_threads(acts.rows, out_features, in_features, 1);
+  parallel_ranges(groups, worth, [&](int64_t begin, int64_t end) {
+    switch (k) {
+      case QgemmKernel::Avx512:
+      case QgemmKernel::Avx512Vnni:
+        return avx512::qgemm_groups(t, k == QgemmKernel::Avx512Vnni, acts, packed, y, out_features, in_features,
+                                    int(begin), int(end));
+      case QgemmKernel::Avx2:
+      case QgemmKernel::Avx2Vnni:
+        return avx2::qgemm_groups(t, k == QgemmKernel::Avx2Vnni, acts, packed, y, out_features, in_features,
+                                  int(begin), int(end));
+      case QgemmKernel::Scalar: break;
+    }
+    qgemm_groups_scalar(t, acts, packed, y, out_features, in_features, int(begin), int(end));
+  });
+}
+
+}  // namespace ts::kernels::cpu

@@ -1,0 +1,83 @@
+// Internal: y = x W^T for Q8_0 / Q4_0 weights with integer dot products on activations quantized per row in
+// 32-value blocks (llama.cpp's way), packed once into 16-output groups that every ISA reads.
+//
+// Activations (QuantizedRows): per row and 32-value block b, d = amax / 127 (f32), q = round-half-even(x / d as
+// x * (1 / d)), so |q| <= 127, and sum = sum of the block's q. A row's blocks depend on that row alone.
+//
+// Packed weights, per group of kQGroup = 16 output rows (rows past out_features are zero), per block b in k order:
+//   scales: 16 f16 (the GGUF block scales, lane = output row in the group)                       32 bytes
+//   Q8_0 quants: [8 quads][16 lanes][4 bytes] = w + 128 as uint8, quad j holding k = 4j..4j+3    512 bytes
+//   Q4_0 quants: [4 quads][16 lanes][4 bytes], byte t of quad j = q[4j+t] | q[16+4j+t] << 4,     256 bytes
+//                the unsigned nibbles q = w + 8 as stored in GGUF
+// One zmm (or two ymm) of quants feeds vpdpbusd (uint8 weights x int8 activations, 4 products per int32 lane)
+// with the activation quad broadcast to all lanes; the weight offset is removed exactly afterwards:
+// sum_k w*x = sum_k (w + o)*x - o * sum_k x.
+//
+// Determinism: the integer sum of a block is exact whatever computes it, and y[r, o] = one f32 accumulator
+// updated once per block in k order: acc = fma(d_w * d_x, float(isum), acc). Every variant (scalar, avx2 with or
+// without AVX-VNNI, avx512 with or without AVX512-VNNI) therefore gives the same bits for every row, batch shape
+// and thread count (tests/kernels/qgemm_test.cc checks it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/quant.h"
+
+namespace ts::kernels::cpu {
+
+constexpr int kQGroup = 16;  // output rows per packed group
+constexpr int kQBlock = 32;  // values per block (Q8_0, Q4_0 and the activations)
+
+inline int qgemm_groups(int out_features) { return (out_features + kQGroup - 1) / kQGroup; }
+// Bytes of one group's block b: scales + quants.
+inline size_t qgemm_group_block_bytes(QuantType t) { return 32 + (t == QuantType::Q8_0 ? 512 : 256); }
+inline size_t qgemm_packed_bytes(QuantType t, int out_features, int in_features) {
+  return size_t(qgemm_groups(out_features)) * size_t(in_features / kQBlock) * qgemm_group_block_bytes(t);
+}
+// Whether the integer GEMM takes this format (Q8_0, Q4_0; the K-quants are widened at load for now).
+inline bool qgemm_supports(QuantType t) { return t == QuantType::Q8_0 || t == QuantType::Q4_0; }
+
+// blocks: [out_features rows][in / 32 blocks] of GGUF blocks of type t -> packed: qgemm_packed_bytes.
+void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_features, uint8_t* packed);
+
+// Activations of `rows` rows of `in` values (in a multiple of 32), quantized as described above.
+struct QuantizedRows {
+  int rows = 0, blocks = 0;    // blocks per row = in / 32
+  std::vector<int8_t> q;       // [rows, blocks * 32]
+  std::vector<float> d;        // [rows, blocks]
+  std::vector<int32_t> sum;    // [rows, blocks]
+};
+
+// The kernel variants. Each needs its ISA's CPU features (plus VNNI for the *_vnni ones).
+enum class QgemmKernel { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni };
+const char* qgemm_kernel_name(QgemmKernel k);
+bool qgemm_kernel_supported(QgemmKernel k);
+std::vector<QgemmKernel> qgemm_supported_kernels();
+// What active_isa() runs: avx512* -> Avx512Vnni or Avx512, avx2 -> Avx2Vnni or Avx2, scalar -> Scalar.
+QgemmKernel qgemm_active_kernel();
+
+// x: [rows, in] -> acts. Same bits from every kernel variant.
+void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts);
+// y: [rows, out_features] = acts . W^T for packed weights of type t.
+void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+           int out_features, int in_features);
+
+// The per-variant entry points (qgemm_scalar.cc, qgemm_avx2.cc, qgemm_avx512.cc); `vnni` picks vpdpbusd over
+// its exact emulation. `group_begin, group_end`: the 16-row groups to compute (threads split groups).
+void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                         int in_features, int group_begin, int group_end);
+void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts);
+namespace avx2 {
+void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                  int out_features, int in_features, int group_begin, int group_end);
+void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
+}  // namespace avx2
+namespace avx512 {
+void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                  int out_features, int in_features, int group_begin, int group_end);
+void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
+}  // namespace avx512
+
+}  // namespace ts::kernels::cpu

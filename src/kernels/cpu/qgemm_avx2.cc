@@ -1,0 +1,92 @@
+// The avx2 quantized GEMM: qgemm_avx2-inl.h compiled with and without AVX-VNNI, and the activation quantizer
+// (bit-identical to quantize_rows_scalar: the same f32 operations, cvtps2dq rounding half to even).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/qgemm.h"
+
+#define TS_Q_NS avx2_plain
+#define TS_Q_TARGET __attribute__((target("avx2,fma,f16c")))
+#define TS_Q_VNNI 0
+#include "kernels/cpu/qgemm_avx2-inl.h"
+#undef TS_Q_NS
+#undef TS_Q_TARGET
+#undef TS_Q_VNNI
+
+#define TS_Q_NS avx2_vnni
+#define TS_Q_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define TS_Q_VNNI 1
+#include "kernels/cpu/qgemm_avx2-inl.h"
+
+namespace ts::kernels::cpu {
+namespace avx2_plain {
+void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}
+namespace avx2_vnni {
+void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}
+
+namespace {
+
+__attribute__((target("avx2,fma,f16c"))) void quantize_rows_256(const float* x, int rows, int in_features,
+                                                                 QuantizedRows* acts) {
+  const int nb = in_features / kQBlock;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < nb; ++b) {
+      const float* xb = x + size_t(r) * in_features + b * kQBlock;
+      __m256 v[4];
+      __m256 a = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        a = _mm256_max_ps(a, _mm256_and_ps(v[i], abs_mask));
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, a);
+      float amax = 0.0f;
+      for (float l : lanes) amax = std::max(amax, l);
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int8_t* qb = acts->q.data() + size_t(r) * in_features + b * kQBlock;
+      __m256i sum = _mm256_setzero_si256();
+      alignas(32) int32_t q32[32];
+      for (int i = 0; i < 4; ++i) {
+        const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+        sum = _mm256_add_epi32(sum, q);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q32 + 8 * i), q);
+      }
+      for (int k = 0; k < kQBlock; ++k) qb[k] = int8_t(q32[k]);
+      alignas(32) int32_t s8[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s8), sum);
+      int32_t total = 0;
+      for (int32_t s : s8) total += s;
+      acts->d[size_t(r) * nb + b] = d;
+      acts->sum[size_t(r) * nb + b] = total;
+    }
+  }
+}
+
+}  // namespace
+
+namespace avx2 {
+
+void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                  int out_features, int in_features, int group_begin, int group_end) {
+  if (vnni) return avx2_vnni::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
+  avx2_plain::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
+  acts->rows = rows;
+  acts->blocks = in_features / kQBlock;
+  acts->q.resize(size_t(rows) * in_features);
+  acts->d.resize(size_t(rows) * acts->blocks);
+  acts->sum.resize(size_t(rows) * acts->blocks);
+  quantize_rows_256(x, rows, in_features, acts);
+}
+
+}  // namespace avx2
+}  // namespace ts::kernels::cpu

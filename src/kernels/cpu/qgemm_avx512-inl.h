@@ -1,0 +1,133 @@
+// Internal: the avx512 quantized GEMM and activation quantizer (qgemm.h), included twice by qgemm_avx512.cc:
+// with TS_Q_VNNI = 1 (vpdpbusd, AVX512-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd). The two
+// copies are compiled with different target attributes so the plain one can never contain a VNNI instruction.
+// Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/qgemm.h"
+
+namespace ts::kernels::cpu::TS_Q_NS {
+namespace {
+
+constexpr int kMaxTileRows = 8;
+
+TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Exact sum of 4 unsigned x signed byte products per int32 lane, added to s. Without VNNI the pair sums of
+// vpmaddubsw must not saturate: callers guarantee u <= 128 (|x| <= 127, so |pair| <= 32512).
+TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
+#if TS_Q_VNNI
+  return _mm512_dpbusd_epi32(s, u, x);
+#else
+  const __m512i pairs = _mm512_maddubs_epi16(u, x);
+  return _mm512_add_epi32(s, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
+#endif
+}
+
+// One group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h, Determinism).
+template <QuantType kT, int R>
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
+                      int ldy, int valid_lanes) {
+  constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
+  __m512 acc[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
+  const float* dx0 = a.d.data() + size_t(row0) * nb;
+  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
+    const __m512 wscale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    // w[j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
+    __m512i w[8];
+    [[maybe_unused]] __mmask64 negative[8];
+    if constexpr (kT == QuantType::Q8_0) {
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        w[j] = _mm512_loadu_si512(blk + 32 + 64 * j);  // w + 128
+#if !TS_Q_VNNI
+        const __m512i signed_w = _mm512_xor_si512(w[j], _mm512_set1_epi8(char(0x80)));
+        negative[j] = _mm512_movepi8_mask(signed_w);
+        w[j] = _mm512_abs_epi8(signed_w);  // |w| <= 128 as uint8
+#endif
+      }
+    } else {
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
+      #pragma GCC unroll 8
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * j);
+        w[j] = _mm512_and_si512(v, low4);
+        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+      // Two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; integer, so exact.
+      __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        __m512i x = broadcast_quad(xq + 4 * j);
+#if !TS_Q_VNNI
+        if constexpr (kT == QuantType::Q8_0) x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
+#endif
+        if (j % 2 == 0) {
+          s_even = dot_quads(s_even, w[j], x);
+        } else {
+          s_odd = dot_quads(s_odd, w[j], x);
+        }
+      }
+      __m512i s = _mm512_add_epi32(s_even, s_odd);
+      // Remove the weight offset where the product used offset weights (all but the emulated Q8_0 path).
+      constexpr int kOffset = kT == QuantType::Q8_0 ? (TS_Q_VNNI ? 128 : 0) : 8;
+      if constexpr (kOffset != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * sum0[size_t(r) * nb + b]));
+      const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(dx0[size_t(r) * nb + b]));
+      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+}
+
+template <QuantType kT>
+TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
+                        int group_begin, int group_end) {
+  const int nb = in_features / kQBlock;
+  const size_t gb = qgemm_group_block_bytes(kT);
+  for (int g = group_begin; g < group_end; ++g) {
+    const uint8_t* group = packed + size_t(g) * nb * gb;
+    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+    float* yg = y + g * kQGroup;
+    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+      float* yt = yg + size_t(row0) * out_features;
+      switch (std::min(kMaxTileRows, a.rows - row0)) {
+        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 4: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 5: tile<kT, 5>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 6: tile<kT, 6>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 7: tile<kT, 7>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        default: tile<kT, 8>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q8_0) return groups<QuantType::Q8_0>(a, packed, y, out_features, in_features, group_begin, group_end);
+  groups<QuantType::Q4_0>(a, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+}  // namespace ts::kernels::cpu::TS_Q_NS

@@ -1,0 +1,159 @@
+// The quantized GEMM (kernels/cpu/qgemm.h): every variant this CPU runs equals the scalar reference bit for bit
+// on ragged shapes, rows never depend on the batch, the threads or the tiling, and the scalar reference is the
+// exact dot product of the dequantized weights with the dequantized activations up to f32 rounding.
+#include "kernels/cpu/qgemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "kernel_test_util.h"
+#include "kernels/quant.h"
+
+namespace ts::kernels::cpu {
+namespace {
+
+using testing::bit_differences;
+using testing::random_normal;
+
+struct Packed {
+  std::vector<uint8_t> blocks;  // [out][in / 32] GGUF blocks
+  std::vector<uint8_t> packed;  // qgemm layout
+};
+
+Packed make_weights(QuantType t, int out, int in, uint32_t seed) {
+  std::vector<float> w = random_normal(size_t(out) * in, 0.05f, seed);
+  // Edge cases in the first rows: an all-zero block, a huge block, a block whose largest value is negative.
+  if (out >= 3 && in >= 32) {
+    for (int k = 0; k < 32; ++k) w[k] = 0.0f;
+    for (int k = 0; k < 32; ++k) w[size_t(in) + k] *= 1e4f;
+    w[size_t(2) * in + 5] = -3.0f;
+  }
+  Packed p;
+  p.blocks.resize(size_t(out) * row_bytes(t, in));
+  for (int o = 0; o < out; ++o) ref::quantize_row(t, w.data() + size_t(o) * in, p.blocks.data() + o * row_bytes(t, in), in);
+  p.packed.resize(qgemm_packed_bytes(t, out, in));
+  qgemm_pack(t, p.blocks.data(), out, in, p.packed.data());
+  return p;
+}
+
+std::vector<float> run(QgemmKernel k, QuantType t, const Packed& p, const std::vector<float>& x, int rows, int out,
+                       int in) {
+  QuantizedRows acts;
+  quantize_rows(k, x.data(), rows, in, &acts);
+  std::vector<float> y(size_t(rows) * out, -1.0f);
+  qgemm(k, t, acts, p.packed.data(), y.data(), out, in);
+  return y;
+}
+
+struct Shape { int out, in; };
+const Shape kShapes[] = {{16, 32}, {7, 64}, {40, 96}, {131, 256}, {1024, 1024}};
+const int kRows[] = {1, 3, 8, 17, 64};
+const QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_0};
+
+class Qgemm : public ::testing::TestWithParam<QgemmKernel> {};
+
+TEST_P(Qgemm, QuantizedActivationsEqualScalar) {
+  for (int rows : {1, 5}) {
+    std::vector<float> x = random_normal(size_t(rows) * 256, 1.0f, 7);
+    x[3] = 0.0f;
+    for (int k = 32; k < 64; ++k) x[k] = 0.0f;  // an all-zero block: d = 0, q = 0
+    x[70] = 1e30f;
+    QuantizedRows ref, got;
+    quantize_rows(QgemmKernel::Scalar, x.data(), rows, 256, &ref);
+    quantize_rows(GetParam(), x.data(), rows, 256, &got);
+    EXPECT_EQ(ref.q, got.q);
+    EXPECT_EQ(ref.sum, got.sum);
+    EXPECT_EQ(bit_differences(ref.d.data(), got.d.data(), ref.d.size()), 0u);
+  }
+}
+
+TEST_P(Qgemm, EqualsScalarOnRaggedShapes) {
+  for (QuantType t : kTypes) {
+    for (Shape s : kShapes) {
+      const Packed p = make_weights(t, s.out, s.in, uint32_t(s.out * 31 + s.in));
+      for (int rows : kRows) {
+        if (s.out * s.in > 1 << 16 && rows > 8) continue;  // keep the scalar reference quick
+        const std::vector<float> x = random_normal(size_t(rows) * s.in, 1.0f, uint32_t(rows));
+        const std::vector<float> want = run(QgemmKernel::Scalar, t, p, x, rows, s.out, s.in);
+        const std::vector<float> got = run(GetParam(), t, p, x, rows, s.out, s.in);
+        EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
+            << quant_type_name(t) << " " << s.out << "x" << s.in << " rows " << rows;
+      }
+    }
+  }
+}
+
+TEST_P(Qgemm, RowsDoNotDependOnTheBatchOrThreads) {
+  const int out = 520, in = 320, rows = 17;
+  for (QuantType t : kTypes) {
+    const Packed p = make_weights(t, out, in, 11);
+    const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 5);
+    const int saved = num_threads();
+    set_num_threads(2);
+    const std::vector<float> batched = run(GetParam(), t, p, x, rows, out, in);
+    set_num_threads(1);
+    for (int r = 0; r < rows; ++r) {
+      const std::vector<float> xr(x.begin() + size_t(r) * in, x.begin() + size_t(r + 1) * in);
+      const std::vector<float> alone = run(GetParam(), t, p, xr, 1, out, in);
+      EXPECT_EQ(bit_differences(alone.data(), batched.data() + size_t(r) * out, out), 0u)
+          << quant_type_name(t) << " row " << r;
+    }
+    set_num_threads(saved);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Qgemm, ::testing::ValuesIn(qgemm_supported_kernels()),
+                         [](const ::testing::TestParamInfo<QgemmKernel>& info) {
+                           std::string name = qgemm_kernel_name(info.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+// The scalar reference is the dot product of dequantized weights and dequantized activations: each block's
+// integer sum is exact, so the only error is f32 rounding of d_w * d_x (one rounding) and of the accumulation
+// (one per block): |y - exact| <= (nb + 1) * 2^-24 * sum_b |d_w d_x isum_b| (to first order).
+TEST(QgemmReference, IsTheDotProductOfDequantizedValues) {
+  const int out = 40, in = 512, rows = 3;
+  for (QuantType t : kTypes) {
+    const Packed p = make_weights(t, out, in, 3);
+    const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 9);
+    QuantizedRows acts;
+    quantize_rows(QgemmKernel::Scalar, x.data(), rows, in, &acts);
+    std::vector<float> y(size_t(rows) * out);
+    qgemm(QgemmKernel::Scalar, t, acts, p.packed.data(), y.data(), out, in);
+    std::vector<float> w(in);
+    const int nb = in / kQBlock;
+    for (int o = 0; o < out; ++o) {
+      ref::dequantize_row(t, p.blocks.data() + o * row_bytes(t, in), w.data(), in);
+      for (int r = 0; r < rows; ++r) {
+        double exact = 0, scale = 0;
+        for (int k = 0; k < in; ++k) {
+          const double xv = double(acts.d[size_t(r) * nb + k / kQBlock]) * acts.q[size_t(r) * in + k];
+          exact += double(w[k]) * xv;
+          scale += std::abs(double(w[k]) * xv);
+        }
+        const double bound = (nb + 2) * std::ldexp(1.0, -24) * scale + 1e-30;
+        EXPECT_NEAR(y[size_t(r) * out + o], exact, bound) << quant_type_name(t) << " o " << o << " r " << r;
+      }
+    }
+  }
+}
+
+// Activation quantization error: |x - d q| <= d / 2 per value, d = amax / 127 of its block.
+TEST(QgemmReference, ActivationQuantizationIsRoundToNearest) {
+  const std::vector<float> x = random_normal(4 * 128, 2.0f, 4);
+  QuantizedRows acts;
+  quantize_rows(QgemmKernel::Scalar, x.data(), 4, 128, &acts);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float d = acts.d[i / kQBlock];
+    EXPECT_LE(std::abs(x[i] - d * acts.q[i]), d * 0.5f * (1 + 1e-6f)) << i;
+    EXPECT_LE(std::abs(int(acts.q[i])), 127);
+  }
+}
+
+}  // namespace
+}  // namespace ts::kernels::cpu
