@@ -51,6 +51,8 @@ double measure_prefill_ms(TargetModel& model, int tokens, int reps) {
 
 struct VariantResult {
   Isa isa;
+  std::string format;  // the target's weight format (TargetModel::weight_format)
+  double weight_gb = 0;  // packed weights one forward streams
   double bandwidth_gbs = 0, prefill_ms = 0;
   spec::CostModel cost;
 };
@@ -112,6 +114,10 @@ int bench_forward(int argc, char** argv) {
                  "target's decode step");
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
+  std::string quantize_list = "native";
+  app.add_option("--quantize", quantize_list,
+                 "weight formats to measure side by side, comma-separated: native (the checkpoint's), q8_0, q4_0 "
+                 "(quantized at load)");
   app.add_option("--json", json_out, "write results here");
   try {
     app.parse(argc, argv);
@@ -153,15 +159,26 @@ int bench_forward(int argc, char** argv) {
       write_random_model(model_dir, c, DType::BF16, 1);
     }
   }
-  auto model = TargetModel::load(model_dir);
-  if (const std::optional<DType> kv = parse_kv_dtype(kv_dtype)) model->set_kv_dtype(*kv);
+  std::vector<WeightScheme> schemes;
+  for (size_t pos = 0; pos < quantize_list.size();) {
+    const size_t comma = std::min(quantize_list.find(',', pos), quantize_list.size());
+    schemes.push_back(parse_weight_scheme(quantize_list.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  TS_CHECK(!schemes.empty(), "--quantize: give at least one weight format");
+  const auto load_target = [&](WeightScheme scheme) {
+    LoadOptions lo;
+    lo.weights = scheme;
+    auto m = TargetModel::load(model_dir, lo);
+    if (const std::optional<DType> kv = parse_kv_dtype(kv_dtype)) m->set_kv_dtype(*kv);
+    return m;
+  };
+  std::unique_ptr<TargetModel> model = load_target(schemes[0]);
   configure_for_model(model->weight_bytes(), threads);
   if (isas.empty()) isas.push_back(active_isa());  // after configure_for_model: the variant this model gets
   const ModelConfig& c = model->config();
-  const double weight_gb = double(model->weight_bytes()) / 1e9;
-  std::fprintf(stderr,
-               "model: %d layers, hidden %d, vocab %d, %.3f GB of packed weights per forward; %s KV cache; %d threads\n",
-               c.num_layers, c.hidden_size, c.vocab_size, weight_gb, dtype_name(model->kv_dtype()), num_threads());
+  std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d; %s KV cache; %d threads\n", c.num_layers,
+               c.hidden_size, c.vocab_size, dtype_name(model->kv_dtype()), num_threads());
 
   std::fprintf(stderr, "CPU: %s; L3 %.0f MiB; ISA variants supported: %s; weights on huge pages: %s\n",
                cpu_model_name().c_str(), double(l3_cache_bytes()) / (1 << 20), isa_summary().c_str(),
@@ -181,16 +198,26 @@ int bench_forward(int argc, char** argv) {
   };
   std::vector<VariantResult> variants;
   nlohmann::json per_isa = nlohmann::json::array();
+  for (size_t si = 0; si < schemes.size(); ++si) {
+  if (si > 0) {
+    model.reset();  // one copy of the weights at a time
+    model = load_target(schemes[si]);
+  }
+  const double weight_gb = double(model->weight_bytes()) / 1e9;
+  std::fprintf(stderr, "weights %s: %.3f GB of packed weights per forward\n", model->weight_format().c_str(),
+               weight_gb);
   for (Isa isa : isas) {
     set_isa(isa);
     VariantResult v;
     v.isa = isa;
+    v.format = model->weight_format();
+    v.weight_gb = weight_gb;
     v.bandwidth_gbs = ts::measure_read_bandwidth_gbs(size_t(1) << 30);
     v.cost = measure_cost_curve(*model, opt);
     if (prefill_tokens > 0) v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
     const spec::CostModel& cost = v.cost;
-    std::printf("ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n", isa_name(isa), num_threads(),
-                v.bandwidth_gbs);
+    std::printf("weights %s, %.3f GB; ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n",
+                v.format.c_str(), weight_gb, isa_name(isa), num_threads(), v.bandwidth_gbs);
     std::printf("%-6s", "batch");
     for (int k : ks) std::printf("  k=%-7d", k);
     std::printf("   (ms per forward; ratio to k=1 below)\n");
@@ -209,6 +236,8 @@ int bench_forward(int argc, char** argv) {
     const double k1_ms = cost.ms[0];
     const double k1_gbs = weight_gb / (k1_ms / 1e3);
     per_isa.push_back({{"isa", isa_name(isa)},
+                       {"weights", v.format},
+                       {"weight_gb", weight_gb},
                        {"read_bandwidth_gbs", v.bandwidth_gbs},
                        {"k1_weight_gbs", k1_gbs},
                        {"k1_share_of_bandwidth", k1_gbs / v.bandwidth_gbs},
@@ -217,22 +246,24 @@ int bench_forward(int argc, char** argv) {
                        {"points", points}});
     variants.push_back(v);
   }
+  }
   // Side by side: batch 1 (the first batch size).
-  std::printf("\nbatch %d, context %d, %d threads, %.3f GB of weights; CPU %s, L3 %.0f MiB\n", batches[0], context,
-              num_threads(), weight_gb, cpu_model_name().c_str(), double(l3_cache_bytes()) / (1 << 20));
-  std::printf("%-11s %9s %9s %9s %6s %8s %8s %12s %11s %8s\n", "isa", "bw GB/s", "k=1 ms", "wts GB/s", "% bw",
+  std::printf("\nbatch %d, context %d, %d threads; CPU %s, L3 %.0f MiB\n", batches[0], context, num_threads(),
+              cpu_model_name().c_str(), double(l3_cache_bytes()) / (1 << 20));
+  std::printf("%-38s %9s %-11s %9s %9s %9s %6s %8s %8s %12s %11s %8s\n", "weights", "MB", "isa", "bw GB/s", "k=1 ms", "wts GB/s", "% bw",
               "k8/k1", "k16/k1", "prefill t/s", "decode t/s", "pf/dec");
   for (const VariantResult& v : variants) {
     const double k1 = v.cost.ms[0];
     const int i8 = k_index(8), i16 = k_index(16);
-    const double k1_gbs = weight_gb / (k1 / 1e3);
+    const double k1_gbs = v.weight_gb / (k1 / 1e3);
     const double prefill_tps = v.prefill_ms > 0 ? prefill_tokens / (v.prefill_ms / 1e3) : 0, decode_tps = 1e3 / k1;
     char prefill[32] = "-", ratio[32] = "-";  // "-" where the prefill was skipped (--prefill 0)
     if (prefill_tps > 0) {
       std::snprintf(prefill, sizeof prefill, "%.1f", prefill_tps);
       std::snprintf(ratio, sizeof ratio, "%.1fx", prefill_tps / decode_tps);
     }
-    std::printf("%-11s %9.1f %9.2f %9.1f %5.0f%% %8s %8s %12s %11.2f %8s\n", isa_name(v.isa), v.bandwidth_gbs, k1,
+    std::printf("%-38s %9.2f %-11s %9.1f %9.2f %9.1f %5.0f%% %8s %8s %12s %11.2f %8s\n",
+                v.format.c_str(), v.weight_gb * 1e3, isa_name(v.isa), v.bandwidth_gbs, k1,
                 k1_gbs, 100 * k1_gbs / v.bandwidth_gbs,
                 i8 >= 0 ? cat("x", int(v.cost.ms[i8] / k1 * 100) / 100.0).c_str() : "-",
                 i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill, decode_tps, ratio);
@@ -273,7 +304,6 @@ int bench_forward(int argc, char** argv) {
                      {"context", context},
                      {"threads", num_threads()},
                      {"kv_dtype", dtype_name(model->kv_dtype())},
-                     {"weight_gb", weight_gb},
                      {"cpu", cpu_model_name()},
                      {"l3_bytes", l3_cache_bytes()},
                      {"huge_pages", kernels::weight_hugepages_state()},

@@ -11,14 +11,29 @@ std::vector<float> load_vector(const io::Checkpoint& ckpt, const std::string& na
   return io::to_f32(ckpt.weight(name, {n}));
 }
 
+namespace {
+
+kernels::Linear make_linear(const void* data, DType dtype, int64_t rows, int64_t in, const WeightPlan& plan,
+                            MatrixRole role) {
+  if (const auto quant = plan.quant_for(role, int(in))) return kernels::Linear(data, dtype, int(rows), int(in), *quant);
+  return kernels::Linear(data, dtype, int(rows), int(in), plan.compute);
+}
+
+}  // namespace
+
 kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
                             const std::vector<int64_t>& rows, int64_t in, DType compute) {
+  return load_linear(ckpt, names, rows, in, WeightPlan{compute}, MatrixRole::AttnOut);
+}
+
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role) {
   TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
   int64_t total_rows = 0;
   for (auto r : rows) total_rows += r;
   if (names.size() == 1) {
     const io::TensorRef& t = ckpt.weight(names[0], {rows[0], in});
-    return kernels::Linear(t.data, t.dtype, int(rows[0]), int(in), compute);
+    return make_linear(t.data, t.dtype, rows[0], in, plan, role);
   }
   // Stack the parts. Same dtype everywhere: copy raw bytes (keeps bf16 compact); else go through f32.
   std::vector<const io::TensorRef*> parts;
@@ -30,24 +45,30 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
   if (same_dtype) {
     std::vector<uint8_t> stacked;  // [total_rows, in] of the parts' dtype
     for (auto* p : parts) stacked.insert(stacked.end(), p->data, p->data + p->nbytes);
-    return kernels::Linear(stacked.data(), parts[0]->dtype, int(total_rows), int(in), compute);
+    return make_linear(stacked.data(), parts[0]->dtype, total_rows, in, plan, role);
   }
   std::vector<float> stacked;  // [total_rows, in]
   for (auto* p : parts) {
     auto f = io::to_f32(*p);
     stacked.insert(stacked.end(), f.begin(), f.end());
   }
-  return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), compute);
+  return make_linear(stacked.data(), DType::F32, total_rows, in, plan, role);
 }
 
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
                         DType compute) {
+  return load_layer(ckpt, prefix, shape, WeightPlan{compute});
+}
+
+LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
+                        const WeightPlan& plan) {
   LayerWeights w;
   const int64_t H = shape.hidden, Q = shape.q_dim(), KV = shape.kv_dim(), I = shape.intermediate;
   w.input_norm = load_vector(ckpt, prefix + "input_layernorm.weight", H);
   w.post_norm = load_vector(ckpt, prefix + "post_attention_layernorm.weight", H);
   const std::string a = prefix + "self_attn.";
-  w.qkv = load_linear(ckpt, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {Q, KV, KV}, H, compute);
+  w.qkv = load_linear(ckpt, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {Q, KV, KV}, H, plan,
+                    MatrixRole::AttnQkv);
   if (shape.qkv_bias) {
     for (auto [name, n] : {std::pair{"q_proj.bias", Q}, {"k_proj.bias", KV}, {"v_proj.bias", KV}}) {
       auto b = load_vector(ckpt, a + name, n);
@@ -58,10 +79,11 @@ LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, c
     w.q_norm = load_vector(ckpt, a + "q_norm.weight", shape.head_dim);
     w.k_norm = load_vector(ckpt, a + "k_norm.weight", shape.head_dim);
   }
-  w.o = load_linear(ckpt, {a + "o_proj.weight"}, {H}, Q, compute);
+  w.o = load_linear(ckpt, {a + "o_proj.weight"}, {H}, Q, plan, MatrixRole::AttnOut);
   const std::string m = prefix + "mlp.";
-  w.gate_up = load_linear(ckpt, {m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H, compute);
-  w.down = load_linear(ckpt, {m + "down_proj.weight"}, {H}, I, compute);
+  w.gate_up = load_linear(ckpt, {m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H, plan,
+                        MatrixRole::MlpGateUp);
+  w.down = load_linear(ckpt, {m + "down_proj.weight"}, {H}, I, plan, MatrixRole::MlpDown);
   return w;
 }
 

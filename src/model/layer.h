@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 #include "model/kv_cache.h"
+#include "model/weight_plan.h"
 
 namespace ts {
 
@@ -40,14 +41,18 @@ struct LayerWeights {
   kernels::Linear down;               // [hidden, intermediate]
 };
 
-// Loads "<prefix>self_attn.q_proj.weight" etc. compute: BF16 or F32 (see kernels::Linear).
+// Loads "<prefix>self_attn.q_proj.weight" etc. compute: BF16 or F32 (see kernels::Linear); or per the plan.
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape, DType compute);
+LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
+                        const WeightPlan& plan);
 
 // A float vector tensor of exactly `n` elements, as f32.
 std::vector<float> load_vector(const io::Checkpoint& ckpt, const std::string& name, int64_t n);
 // A linear layer from one or more [rows_i, in] tensors stacked along the output dimension.
 kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
                             const std::vector<int64_t>& rows, int64_t in, DType compute);
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role);
 
 // Scratch buffers reused across layers and calls (resized on demand).
 struct LayerScratch {

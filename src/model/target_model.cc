@@ -26,16 +26,19 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   m->embed_table_ = &ckpt.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
   DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
   m->kv_dtype_ = compute;
+  m->weight_scheme_ = options.weights;
+  const WeightPlan plan{compute, options.weights};
 
   for (int l = 0; l < c.num_layers; ++l)
-    m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, compute));
+    m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, plan));
   m->final_norm_ = load_vector(ckpt, "model.norm.weight", c.hidden_size);
   if (c.tie_word_embeddings) {
-    m->lm_head_ = load_linear(ckpt, {"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, compute);
+    m->lm_head_ = load_linear(ckpt, {"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, plan,
+                              MatrixRole::LmHead);
   } else {
     TS_CHECK(ckpt.has("lm_head.weight"), "missing tensor 'lm_head.weight' in ", dir,
              " (config.json says tie_word_embeddings=false)");
-    m->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {c.vocab_size}, c.hidden_size, compute);
+    m->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {c.vocab_size}, c.hidden_size, plan, MatrixRole::LmHead);
   }
   return m;
 }
@@ -54,6 +57,18 @@ size_t TargetModel::weight_bytes() const {
   for (const auto& l : layers_)
     bytes += l.qkv.weight_bytes() + l.o.weight_bytes() + l.gate_up.weight_bytes() + l.down.weight_bytes();
   return bytes;
+}
+
+std::string TargetModel::weight_format() const {
+  if (weight_scheme_ == WeightScheme::Native) return layers_.empty() ? lm_head_.format_name() : layers_[0].qkv.format_name();
+  std::string projections;
+  for (const auto& l : layers_) {
+    for (const kernels::Linear* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      const std::string f = m->format_name();
+      if (projections.find(f) == std::string::npos) projections += (projections.empty() ? "" : "+") + f;
+    }
+  }
+  return cat(weight_scheme_name(weight_scheme_), " (projections ", projections, ", lm_head ", lm_head_.format_name(), ")");
 }
 
 void TargetModel::embed(const int32_t* tokens, int n, float* x) const {

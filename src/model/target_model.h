@@ -37,6 +37,8 @@ struct ForwardResult {
 struct LoadOptions {
   // Compute type of the matrix products: F32 or BF16. Default: BF16 for bf16 checkpoints, F32 otherwise.
   bool force_f32 = false;
+  // Quantize the projections and lm_head at load (model/weight_plan.h); Native keeps the checkpoint's type.
+  WeightScheme weights = WeightScheme::Native;
 };
 
 class TargetModel {
@@ -55,6 +57,9 @@ class TargetModel {
   void forward(const ForwardBatch& batch, const std::vector<KVCache*>& caches, ForwardResult* result);
 
   size_t weight_bytes() const;  // bytes of packed weights read by one forward (embedding rows excluded)
+  WeightScheme weight_scheme() const { return weight_scheme_; }
+  // "bf16", "f32", or the scheme and what it gave, e.g. "q4_0 (projections Q4_0, lm_head Q8_0)".
+  std::string weight_format() const;
 
  private:
   TargetModel() = default;
@@ -69,6 +74,7 @@ class TargetModel {
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]
   DType kv_dtype_ = DType::F32;
+  WeightScheme weight_scheme_ = WeightScheme::Native;
 
   // Scratch, reused between calls.
   LayerScratch scratch_;

@@ -17,13 +17,28 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -q '"k": 1,' "$dir/out.json" || fail "k = 1 missing from the JSON"
 grep -q '"k": 4,' "$dir/out.json" || fail "k = 4 missing from the JSON"
 # The side-by-side row: no prefill was timed, so its columns say "-", not 0.
-row="$(grep -E '^(scalar|avx2|avx512|avx512bf16|amx) ' "$dir/stdout" | head -n 1)"
+row="$(grep -E '^bf16 +[0-9.]+ (scalar|avx2|avx512|avx512bf16|amx) ' "$dir/stdout" | head -n 1)"
 [ -n "$row" ] || { cat "$dir/stdout"; fail "no side-by-side row"; }
 [ "$(echo "$row" | awk '{print $NF}')" = "-" ] || fail "pf/dec should be '-' with --prefill 0: $row"
 
 "$bin" bench forward --model "$dir/model" --threads 1 --batches 1 --context 16 --k 1 --reps 1 --prefill 4 \
   --json "$dir/one.json" > /dev/null 2> "$dir/stderr" || { cat "$dir/stderr"; fail "--k 1 alone should run"; }
 grep -q '"prefill_tokens": 4' "$dir/one.json" || fail "--prefill 4 not in the JSON"
+
+# --quantize: one side-by-side row per weight format, each with its own (smaller) weight bytes.
+"$bin" bench forward --model "$dir/model" --threads 1 --batches 1 --context 16 --k 2 --reps 1 --prefill 0 \
+  --quantize native,q8_0,q4_0 --json "$dir/q.json" > "$dir/stdout" 2> "$dir/stderr" ||
+  { cat "$dir/stderr"; fail "--quantize native,q8_0,q4_0 should run"; }
+for f in '^bf16 ' '^q8_0 \(projections Q8_0, lm_head Q8_0' '^q4_0 \(projections Q4_0, lm_head Q8_0'; do
+  grep -qE "$f" "$dir/stdout" || { cat "$dir/stdout"; fail "no side-by-side row for $f"; }
+done
+gb() { grep -E "$1" "$dir/stdout" | tail -n 1 | awk '{for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+\.[0-9]+$/) { print $i; exit }}'; }
+awk -v a="$(gb '^bf16 ')" -v b="$(gb '^q8_0 ')" -v c="$(gb '^q4_0 ')" 'BEGIN { exit !(a > b && b > c) }' ||
+  fail "weight GB should shrink bf16 > q8_0 > q4_0: $(gb '^bf16 ') $(gb '^q8_0 ') $(gb '^q4_0 ')"
+if "$bin" bench forward --model "$dir/model" --threads 1 --context 16 --reps 1 --quantize q3_x > /dev/null 2> "$dir/err"; then
+  fail "--quantize q3_x should fail"
+fi
+grep -q "unknown weight format 'q3_x'" "$dir/err" || { cat "$dir/err"; fail "--quantize q3_x: no clear message"; }
 
 for bad in "--k 0" "--batches 0" "--prefill -1"; do
   # shellcheck disable=SC2086
