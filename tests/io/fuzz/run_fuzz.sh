@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Builds the safetensors header fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++-14)
-# straight from the io and core sources, then runs it for a bounded time from a small generated seed corpus.
-# Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer finds anything.
+# Builds an io fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++-14) straight from the
+# io and core sources, then runs it for a bounded time from a small seed corpus. TARGET is safetensors (the header
+# parser; generated seeds) or gguf (the GGUF reader; seeds are the gguf-py fixtures in tests/data/gguf plus a few
+# near misses). Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer
+# finds anything.
 #
-# usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS]
+# usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS] [TARGET]
 set -euo pipefail
 export LC_ALL=C
 
 src=$(cd "$1" && pwd)
-work="$2/fuzz_safetensors"
 seconds="${3:-20}"
+target="${4:-safetensors}"
+case "$target" in safetensors|gguf) ;; *) echo "run_fuzz.sh: unknown target '$target'" >&2; exit 2 ;; esac
+work="$2/fuzz_$target"
 cxx="${TS_FUZZ_CXX:-clang++-14}"
 
 fail() { echo "run_fuzz.sh: ERROR: $*" >&2; exit 1; }
@@ -19,10 +23,10 @@ runtime="$("$cxx" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a"
 [ -f "$runtime" ] || fail "libFuzzer runtime $runtime missing: install libclang-rt-14-dev (scripts/install-deps.sh)"
 
 mkdir -p "$work/corpus" "$work/seeds"
-bin="$work/fuzz_safetensors"
+bin="$work/fuzz_$target"
 # The core files io needs (not src/core/*.cc: other core files may need OpenMP or other flags).
 sources=("$src"/src/io/*.cc "$src/src/core/error.cc" "$src/src/core/dtype.cc" "$src/src/core/mapped_file.cc"
-         "$src/tests/io/fuzz/fuzz_safetensors.cc")
+         "$src/tests/io/fuzz/fuzz_$target.cc")
 headers=("$src"/src/io/*.h "$src"/src/core/*.h)
 
 stale=0
@@ -36,7 +40,7 @@ if [ "$stale" = 1 ]; then
   mv "$bin.tmp" "$bin"
 fi
 
-# Seeds: a few valid files and near misses. 8-byte little-endian header length, header, data.
+# safetensors seeds: a few valid files and near misses. 8-byte little-endian header length, header, data.
 seed() {  # name header data_bytes
   local n=${#2}
   {
@@ -46,18 +50,25 @@ seed() {  # name header data_bytes
     head -c "$3" /dev/zero | tr '\0' '\101'
   } > "$work/seeds/$1"
 }
+if [ "$target" = safetensors ]; then
 seed one_f32 '{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}' 8
 seed two '{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"b":{"dtype":"F16","shape":[1],"data_offsets":[8,10]}}' 10
 seed empty_tensor '{"e":{"dtype":"U8","shape":[0,3],"data_offsets":[0,0]},"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}}  ' 8
 seed overlap '{"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}}' 8
 seed duplicate '{"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"I8","shape":[1],"data_offsets":[1,2]}}' 2
 seed empty_header '{}' 0
+else
+  # gguf seeds: the gguf-py fixtures (every value type, nested arrays, six tensor types, alignment 64) and an
+  # empty v3 file ("GGUF", u32 version, u64 tensor count 0, u64 key count 0).
+  cp "$src"/tests/data/gguf/*.gguf "$work/seeds/"
+  printf 'GGUF\x03\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' > "$work/seeds/empty"
+fi
 
 echo "fuzzing for ${seconds}s"
 status=0
 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
-  -dict="$src/tests/io/fuzz/safetensors.dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
+  -dict="$src/tests/io/fuzz/$target.dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
 if [ "$status" != 0 ]; then
   fail "the fuzzer found a problem (exit $status); the input is saved under $work/ (crash-*, leak-*, timeout-*)"
 fi
-echo "fuzz_safetensors: no findings"
+echo "fuzz_$target: no findings"
