@@ -5,7 +5,8 @@
 // minimum is the best estimate of the kernel's own speed. Ratios are of minima.
 // With 1 thread the clock is the thread's CPU time, not wall time, so time spent descheduled by other users of
 // a busy machine is not counted (memory-bandwidth contention still is).
-//   bench_linear [threads] [MiB of weight copies] [which: all | bf16 | f32 | q8_0 | q4_0, or several: q8_0,q4_0]
+//   bench_linear [threads] [MiB of weight copies] [which: all | bf16 | f32 | q8_0 | q4_0 | q4_k | q6_k,
+//                or several: q8_0,q4_0]
 //                [OUTxIN]
 //
 // Measured on the project machine (Xeon family 6 model 207, 2 vCPUs, 260 MiB L3), 1 thread, CPU clock, while
@@ -52,7 +53,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// format: "bf16", "f32", "q8_0" or "q4_0" (quantized at construction).
+// format: "bf16", "f32", "q8_0", "q4_0", "q4_k" or "q6_k" (quantized at construction).
 void bench_shape(int out, int in, const std::string& format, Isa isa, size_t total_mib) {
   const DType compute = format == "f32" ? DType::F32 : DType::BF16;
   set_isa(isa);
@@ -64,6 +65,8 @@ void bench_shape(int out, int in, const std::string& format, Isa isa, size_t tot
   const auto make = [&] {
     if (format == "q8_0") return Linear(w.data(), DType::BF16, out, in, QuantType::Q8_0);
     if (format == "q4_0") return Linear(w.data(), DType::BF16, out, in, QuantType::Q4_0);
+    if (format == "q4_k") return Linear(w.data(), DType::BF16, out, in, QuantType::Q4_K);
+    if (format == "q6_k") return Linear(w.data(), DType::BF16, out, in, QuantType::Q6_K);
     return Linear(w.data(), DType::BF16, out, in, compute);
   };
   layers.push_back(make());
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
       if (isa != Isa::Scalar) isas.push_back(isa);
   }
   for (auto [out, in] : shapes) {
-    for (const char* format : {"bf16", "f32", "q8_0", "q4_0"}) {
+    for (const char* format : {"bf16", "f32", "q8_0", "q4_0", "q4_k", "q6_k"}) {
       if (which != "all" && which.find(format) == std::string::npos) continue;
       for (Isa isa : isas) bench_shape(out, in, format, isa, mib);
     }

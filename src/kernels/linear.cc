@@ -9,6 +9,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/weight_memory.h"
@@ -58,20 +59,25 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   TS_CHECK(out_features > 0 && in_features > 0, "Linear: expected positive shape, got ", out_features, "x",
            in_features);
   TS_CHECK(cpu::qgemm_supports(quant), "Linear: ", quant_type_name(quant), " weights are not supported");
-  TS_CHECK(in_features % cpu::kQBlock == 0, "Linear: ", quant_type_name(quant), " needs in_features a multiple of 32, got ",
-           in_features);
-  const size_t n = size_t(out_features) * in_features;
-  std::vector<float> w_f32 = weights_as_f32(weight, weight_dtype, n);  // [out, in]
+  TS_CHECK(in_features % block_values(quant) == 0, "Linear: ", quant_type_name(quant), " needs in_features a multiple of ",
+           block_values(quant), ", got ", in_features);
   const size_t rb = row_bytes(quant, in_features);
   std::vector<uint8_t> blocks(rb * out_features);  // [out][in / 32] blocks
-  for (int o = 0; o < out_features; ++o) {
-    ref::quantize_row(quant, w_f32.data() + size_t(o) * in_features, blocks.data() + rb * o, in_features);
-  }
+  // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round).
+  const size_t elem = dtype_size(weight_dtype);
+  cpu::parallel_ranges(out_features, true, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const std::vector<float> row =
+          weights_as_f32(static_cast<const uint8_t*>(weight) + size_t(o) * in_features * elem, weight_dtype,
+                         size_t(in_features));  // [in]
+      ref::quantize_row(quant, row.data(), blocks.data() + rb * o, in_features);
+    }
+  });
   *this = from_blocks(blocks.data(), quant, out_features, in_features);
 }
 
 Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features, int in_features) {
-  TS_CHECK(out_features > 0 && in_features > 0 && in_features % cpu::kQBlock == 0 && cpu::qgemm_supports(quant),
+  TS_CHECK(out_features > 0 && in_features > 0 && cpu::qgemm_supports(quant) && in_features % block_values(quant) == 0,
            "Linear: cannot run ", quant_type_name(quant), " weights of shape ", out_features, "x", in_features);
   Linear l;
   l.impl_ = std::make_unique<Impl>();

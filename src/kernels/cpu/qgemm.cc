@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/qgemm_k.h"
 
 namespace ts::kernels::cpu {
 
@@ -33,6 +34,7 @@ uint16_t block_scale(const uint8_t* block) {
 
 void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_features, uint8_t* packed) {
   TS_CHECK(qgemm_supports(t), "qgemm_pack: ", quant_type_name(t), " is not an integer-GEMM format");
+  if (qgemm_is_k(t)) return qgemm_k_pack(t, blocks, out_features, in_features, packed);
   TS_CHECK(in_features % kQBlock == 0, "qgemm_pack: in_features ", in_features, " is not a multiple of 32");
   const int nb = in_features / kQBlock;
   const size_t bb = block_bytes(t), gb = qgemm_group_block_bytes(t);
@@ -77,6 +79,7 @@ void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRo
   acts->q.resize(size_t(rows) * in_features);
   acts->d.resize(size_t(rows) * nb);
   acts->sum.resize(size_t(rows) * nb);
+  acts->sum16.resize(size_t(rows) * nb * 2);
   for (int r = 0; r < rows; ++r) {
     for (int b = 0; b < nb; ++b) {
       const float* xb = x + size_t(r) * in_features + b * kQBlock;
@@ -85,13 +88,15 @@ void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRo
       for (int k = 0; k < kQBlock; ++k) amax = std::max(amax, std::fabs(xb[k]));
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int sum = 0;
+      int half[2] = {0, 0};
       for (int k = 0; k < kQBlock; ++k) {
         qb[k] = int8_t(std::nearbyint(xb[k] * id));  // round half to even, as cvtps2dq
-        sum += qb[k];
+        half[k / 16] += qb[k];
       }
       acts->d[size_t(r) * nb + b] = d;
-      acts->sum[size_t(r) * nb + b] = sum;
+      acts->sum[size_t(r) * nb + b] = half[0] + half[1];
+      acts->sum16[(size_t(r) * nb + b) * 2] = half[0];
+      acts->sum16[(size_t(r) * nb + b) * 2 + 1] = half[1];
     }
   }
 }
@@ -191,6 +196,7 @@ void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, Qua
 
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
            int out_features, int in_features) {
+  if (qgemm_is_k(t)) return qgemm_k(k, t, acts, packed, y, out_features, in_features);
   const int groups = qgemm_groups(out_features);
   const bool worth = gemm_worth_threads(acts.rows, out_features, in_features, 1);
   parallel_ranges(groups, worth, [&](int64_t begin, int64_t end) {

@@ -2,7 +2,8 @@
 // 32-value blocks (llama.cpp's way), packed once into 16-output groups that every ISA reads.
 //
 // Activations (QuantizedRows): per row and 32-value block b, d = amax / 127 (f32), q = round-half-even(x / d as
-// x * (1 / d)), so |q| <= 127, and sum = sum of the block's q. A row's blocks depend on that row alone.
+// x * (1 / d)), so |q| <= 127, sum = sum of the block's q and sum16 = the sums of its two 16-value halves (for
+// Q6_K's 16-value sub-blocks). A row's blocks depend on that row alone. Q4_K and Q6_K weights: qgemm_k.h.
 //
 // Packed weights, per group of kQGroup = 16 output rows (rows past out_features are zero), per block b in k order:
 //   scales: 16 f16 (the GGUF block scales, lane = output row in the group)                       32 bytes
@@ -34,10 +35,14 @@ inline int qgemm_groups(int out_features) { return (out_features + kQGroup - 1) 
 // Bytes of one group's block b: scales + quants.
 inline size_t qgemm_group_block_bytes(QuantType t) { return 32 + (t == QuantType::Q8_0 ? 512 : 256); }
 inline size_t qgemm_packed_bytes(QuantType t, int out_features, int in_features) {
+  if (t == QuantType::Q4_K || t == QuantType::Q6_K)  // 16 GGUF blocks per group and super-block (qgemm_k.h)
+    return size_t(qgemm_groups(out_features)) * size_t(in_features / kQK_K) * kQGroup * block_bytes(t);
   return size_t(qgemm_groups(out_features)) * size_t(in_features / kQBlock) * qgemm_group_block_bytes(t);
 }
-// Whether the integer GEMM takes this format (Q8_0, Q4_0; the K-quants are widened at load for now).
-inline bool qgemm_supports(QuantType t) { return t == QuantType::Q8_0 || t == QuantType::Q4_0; }
+// Whether the integer GEMM takes this format: all four (in_features a multiple of block_values(t)).
+inline bool qgemm_supports(QuantType t) {
+  return t == QuantType::Q8_0 || t == QuantType::Q4_0 || t == QuantType::Q4_K || t == QuantType::Q6_K;
+}
 
 // blocks: [out_features rows][in / 32 blocks] of GGUF blocks of type t -> packed: qgemm_packed_bytes.
 void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_features, uint8_t* packed);
@@ -48,6 +53,7 @@ struct QuantizedRows {
   std::vector<int8_t> q;       // [rows, blocks * 32]
   std::vector<float> d;        // [rows, blocks]
   std::vector<int32_t> sum;    // [rows, blocks]
+  std::vector<int32_t> sum16;  // [rows, blocks * 2]: the sums of values 0..15 and 16..31 of each block
 };
 
 // The kernel variants. Each needs its ISA's CPU features (plus VNNI for the *_vnni ones).

@@ -12,6 +12,9 @@
 namespace ts::kernels::cpu::TS_Q_NS {
 namespace {
 
+// Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
+// group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
+constexpr size_t kPrefetchBytes = 2048;
 constexpr int kMaxTileRows = 4;
 
 TS_Q_TARGET inline __m256i broadcast_quad(const int8_t* p) {
@@ -32,7 +35,7 @@ TS_Q_TARGET inline __m256i dot_quads(__m256i s, __m256i u, __m256i x) {
 
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
-                      int ldy, int valid_lanes) {
+                      int ldy, int valid_lanes, bool prefetch) {
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
   __m256 acc[R][2];
   #pragma GCC unroll 8
@@ -42,6 +45,10 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
     const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
+    if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
+      #pragma GCC unroll 8
+      for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
+    }
     #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
       const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
@@ -110,10 +117,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
       float* yt = yg + size_t(row0) * out_features;
       switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        default: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
       }
     }
   }

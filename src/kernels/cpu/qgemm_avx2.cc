@@ -51,20 +51,24 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_rows_256(const float* x, 
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       int8_t* qb = acts->q.data() + size_t(r) * in_features + b * kQBlock;
-      __m256i sum = _mm256_setzero_si256();
+      __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // values 0..15, 16..31
       alignas(32) int32_t q32[32];
       for (int i = 0; i < 4; ++i) {
         const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-        sum = _mm256_add_epi32(sum, q);
+        sum[i / 2] = _mm256_add_epi32(sum[i / 2], q);
         _mm256_store_si256(reinterpret_cast<__m256i*>(q32 + 8 * i), q);
       }
       for (int k = 0; k < kQBlock; ++k) qb[k] = int8_t(q32[k]);
-      alignas(32) int32_t s8[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(s8), sum);
-      int32_t total = 0;
-      for (int32_t s : s8) total += s;
+      int32_t half[2] = {0, 0};
+      for (int h = 0; h < 2; ++h) {
+        alignas(32) int32_t s8[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s8), sum[h]);
+        for (int32_t s : s8) half[h] += s;
+      }
       acts->d[size_t(r) * nb + b] = d;
-      acts->sum[size_t(r) * nb + b] = total;
+      acts->sum[size_t(r) * nb + b] = half[0] + half[1];
+      acts->sum16[(size_t(r) * nb + b) * 2] = half[0];
+      acts->sum16[(size_t(r) * nb + b) * 2 + 1] = half[1];
     }
   }
 }
@@ -85,6 +89,7 @@ void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* act
   acts->q.resize(size_t(rows) * in_features);
   acts->d.resize(size_t(rows) * acts->blocks);
   acts->sum.resize(size_t(rows) * acts->blocks);
+  acts->sum16.resize(size_t(rows) * acts->blocks * 2);
   quantize_rows_256(x, rows, in_features, acts);
 }
 

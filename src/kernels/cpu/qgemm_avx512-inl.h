@@ -12,6 +12,9 @@
 namespace ts::kernels::cpu::TS_Q_NS {
 namespace {
 
+// Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
+// group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
+constexpr size_t kPrefetchBytes = 2048;
 constexpr int kMaxTileRows = 8;
 
 TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
@@ -34,7 +37,7 @@ TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
 // One group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h, Determinism).
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
-                      int ldy, int valid_lanes) {
+                      int ldy, int valid_lanes, bool prefetch) {
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
   __m512 acc[R];
   #pragma GCC unroll 8
@@ -44,6 +47,10 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
     const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
+    if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
+      #pragma GCC unroll 8
+      for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
+    }
     const __m512 wscale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     // w[j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
     __m512i w[8];
@@ -109,14 +116,14 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
       float* yt = yg + size_t(row0) * out_features;
       switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 4: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 5: tile<kT, 5>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 6: tile<kT, 6>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        case 7: tile<kT, 7>(a, row0, in_features, group, nb, yt, out_features, valid); break;
-        default: tile<kT, 8>(a, row0, in_features, group, nb, yt, out_features, valid); break;
+        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 4: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 5: tile<kT, 5>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 6: tile<kT, 6>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        case 7: tile<kT, 7>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, 8>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
       }
     }
   }

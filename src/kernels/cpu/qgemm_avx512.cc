@@ -54,7 +54,10 @@ TS_Q512 void quantize_rows_512(const float* x, int rows, int in_features, Quanti
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q1));
       acts->d[size_t(r) * nb + b] = d;
-      acts->sum[size_t(r) * nb + b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      const int32_t sum_lo = _mm512_reduce_add_epi32(q0), sum_hi = _mm512_reduce_add_epi32(q1);
+      acts->sum[size_t(r) * nb + b] = sum_lo + sum_hi;
+      acts->sum16[(size_t(r) * nb + b) * 2] = sum_lo;
+      acts->sum16[(size_t(r) * nb + b) * 2 + 1] = sum_hi;
     }
   }
 }
@@ -75,6 +78,7 @@ void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* act
   acts->q.resize(size_t(rows) * in_features);
   acts->d.resize(size_t(rows) * acts->blocks);
   acts->sum.resize(size_t(rows) * acts->blocks);
+  acts->sum16.resize(size_t(rows) * acts->blocks * 2);
   quantize_rows_512(x, rows, in_features, acts);
 }
 

@@ -1,0 +1,210 @@
+// The K-quant integer GEMM's packing, its scalar reference (the definition every SIMD variant must equal bit for
+// bit) and its dispatch over variants and threads. Layout and arithmetic: qgemm_k.h.
+#include "kernels/cpu/qgemm_k.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/parallel.h"
+
+namespace ts::kernels::cpu {
+
+namespace {
+
+// The unsigned 4-bit level (0..15) of value v (0..255) of a Q4_K block: byte 32c + l holds values 64c + l (low
+// nibble) and 64c + 32 + l (high nibble).
+int q4k_level(const BlockQ4_K& b, int v) {
+  const int c = v / 64, l = v % 64;
+  return l < 32 ? b.qs[32 * c + l] & 0x0F : b.qs[32 * c + l - 32] >> 4;
+}
+
+// The unsigned 6-bit level (0..63) of value v of a Q6_K block (the layout of ref::dequantize_q6_k).
+int q6k_level(const BlockQ6_K& b, int v) {
+  const int c = v / 128, part = (v % 128) / 32, l = v % 32;
+  const uint8_t low = b.ql[64 * c + l + (part % 2) * 32];
+  const int low4 = part < 2 ? low & 0x0F : low >> 4;
+  return low4 | ((b.qh[32 * c + l] >> (2 * part)) & 3) << 4;
+}
+
+// Byte of k (0..31) of a 32-value nibble block in the [4 quads][16 lanes][4 bytes] layout, and its shift.
+size_t nibble_byte(int lane, int k) { return size_t(((k % 16) / 4) * kQGroup + lane) * 4 + k % 4; }
+int nibble_shift(int k) { return k < 16 ? 0 : 4; }
+
+// Q6_K's high bits: quad j (k = 4j..4j+3) of a block sits in pair (j % 4) / 2 at bit position hi_pos(j).
+int q6_hi_pos(int j) { return (j % 4 % 2) * 4 + (j / 4) * 2; }
+
+void pack_q4k_lane(const BlockQ4_K& b, int lane, uint8_t* sb) {
+  std::memcpy(sb + 2 * lane, &b.d, 2);
+  std::memcpy(sb + 32 + 2 * lane, &b.dmin, 2);
+  uint8_t* lo = sb + 64;    // [8 j][16 lanes]
+  uint8_t* hi = sb + 192;   // [4 i][16 lanes]
+  uint8_t* quants = sb + 256;
+  for (int j = 0; j < kQBlocksPerSuper; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, b.scales, &sc, &m);
+    lo[j * kQGroup + lane] = uint8_t((sc & 0x0F) | (m & 0x0F) << 4);
+    hi[(j % 4) * kQGroup + lane] |= uint8_t(((sc >> 4) | (m >> 4) << 2) << (j < 4 ? 0 : 4));
+    for (int k = 0; k < kQBlock; ++k) {
+      quants[j * 256 + nibble_byte(lane, k)] |= uint8_t(q4k_level(b, j * kQBlock + k) << nibble_shift(k));
+    }
+  }
+}
+
+void pack_q6k_lane(const BlockQ6_K& b, int lane, uint8_t* sb) {
+  std::memcpy(sb + 2 * lane, &b.d, 2);
+  for (int j = 0; j < 16; ++j) sb[32 + j * kQGroup + lane] = uint8_t(b.scales[j]);
+  for (int i = 0; i < kQBlocksPerSuper; ++i) {
+    uint8_t* low = sb + 288 + i * 384;
+    uint8_t* high = low + 256;  // [2 pairs][16 lanes][4 bytes]
+    for (int k = 0; k < kQBlock; ++k) {
+      const int q = q6k_level(b, i * kQBlock + k);
+      low[nibble_byte(lane, k)] |= uint8_t((q & 0x0F) << nibble_shift(k));
+      const int j = k / 4;
+      high[((j % 4 / 2) * kQGroup + lane) * 4 + k % 4] |= uint8_t((q >> 4) << q6_hi_pos(j));
+    }
+  }
+}
+
+// The scalar reference reads the packed layout back with these.
+struct Q4KScales {
+  float ds, dm;  // d * sc, dmin * m (exact)
+};
+Q4KScales q4k_packed_scales(const uint8_t* sb, int lane, int j) {
+  uint16_t d, dmin;
+  std::memcpy(&d, sb + 2 * lane, 2);
+  std::memcpy(&dmin, sb + 32 + 2 * lane, 2);
+  const uint8_t lo = sb[64 + j * kQGroup + lane];
+  const uint8_t hi = uint8_t(sb[192 + (j % 4) * kQGroup + lane] >> (j < 4 ? 0 : 4));
+  const int sc = (lo & 0x0F) | (hi & 3) << 4;
+  const int m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+  return {f16_to_f32(d) * float(sc), f16_to_f32(dmin) * float(m)};
+}
+
+int q4k_packed_level(const uint8_t* sb, int lane, int j, int k) {
+  return (sb[256 + j * 256 + nibble_byte(lane, k)] >> nibble_shift(k)) & 0x0F;
+}
+
+int q6k_packed_level(const uint8_t* sb, int lane, int i, int k) {
+  const uint8_t* low = sb + 288 + i * 384;
+  const int j = k / 4;
+  const int low4 = (low[nibble_byte(lane, k)] >> nibble_shift(k)) & 0x0F;
+  const int high2 = (low[256 + ((j % 4 / 2) * kQGroup + lane) * 4 + k % 4] >> q6_hi_pos(j)) & 3;
+  return low4 | high2 << 4;
+}
+
+void groups_q4k_scalar(const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features, int in_features,
+                       int group_begin, int group_end) {
+  const int nb = in_features / kQBlock, ns = in_features / kQSuper;
+  for (int g = group_begin; g < group_end; ++g) {
+    for (int r = 0; r < acts.rows; ++r) {
+      float acc[kQGroup] = {};
+      for (int s = 0; s < ns; ++s) {
+        const uint8_t* sb = packed + (size_t(g) * ns + s) * kQ4KGroupSuperBytes;
+        for (int j = 0; j < kQBlocksPerSuper; ++j) {
+          const int b = s * kQBlocksPerSuper + j;
+          const int8_t* xq = acts.q.data() + size_t(r) * in_features + b * kQBlock;
+          const float dx = acts.d[size_t(r) * nb + b];
+          const float sumx = float(acts.sum[size_t(r) * nb + b]);
+          for (int lane = 0; lane < kQGroup; ++lane) {
+            int32_t isum = 0;
+            for (int k = 0; k < kQBlock; ++k) isum += q4k_packed_level(sb, lane, j, k) * xq[k];
+            const Q4KScales sc = q4k_packed_scales(sb, lane, j);
+            acc[lane] = std::fma(sc.ds * dx, float(isum), acc[lane]);
+            acc[lane] = std::fma(-(sc.dm * dx), sumx, acc[lane]);
+          }
+        }
+      }
+      for (int lane = 0; lane < kQGroup; ++lane) {
+        const int o = g * kQGroup + lane;
+        if (o < out_features) y[size_t(r) * out_features + o] = acc[lane];
+      }
+    }
+  }
+}
+
+void groups_q6k_scalar(const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features, int in_features,
+                       int group_begin, int group_end) {
+  const int nb = in_features / kQBlock, ns = in_features / kQSuper;
+  for (int g = group_begin; g < group_end; ++g) {
+    for (int r = 0; r < acts.rows; ++r) {
+      float acc[kQGroup] = {};
+      for (int s = 0; s < ns; ++s) {
+        const uint8_t* sb = packed + (size_t(g) * ns + s) * kQ6KGroupSuperBytes;
+        for (int i = 0; i < kQBlocksPerSuper; ++i) {
+          const int b = s * kQBlocksPerSuper + i;
+          const int8_t* xq = acts.q.data() + size_t(r) * in_features + b * kQBlock;
+          const float dx = acts.d[size_t(r) * nb + b];
+          const int32_t* sum16 = acts.sum16.data() + (size_t(r) * nb + b) * 2;
+          for (int lane = 0; lane < kQGroup; ++lane) {
+            int32_t half[2] = {-32 * sum16[0], -32 * sum16[1]};
+            for (int k = 0; k < kQBlock; ++k) half[k / 16] += q6k_packed_level(sb, lane, i, k) * xq[k];
+            const int32_t isum = int8_t(sb[32 + (2 * i) * kQGroup + lane]) * half[0] +
+                                 int8_t(sb[32 + (2 * i + 1) * kQGroup + lane]) * half[1];
+            uint16_t d;
+            std::memcpy(&d, sb + 2 * lane, 2);
+            acc[lane] = std::fma(f16_to_f32(d) * dx, float(isum), acc[lane]);
+          }
+        }
+      }
+      for (int lane = 0; lane < kQGroup; ++lane) {
+        const int o = g * kQGroup + lane;
+        if (o < out_features) y[size_t(r) * out_features + o] = acc[lane];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void qgemm_k_pack(QuantType t, const void* blocks, int out_features, int in_features, uint8_t* packed) {
+  TS_CHECK(qgemm_is_k(t), "qgemm_k_pack: ", quant_type_name(t), " is not a K-quant");
+  TS_CHECK(in_features % kQSuper == 0, "qgemm_k_pack: in_features ", in_features, " is not a multiple of 256");
+  const int ns = in_features / kQSuper;
+  const size_t gsb = qgemm_k_group_super_bytes(t);
+  std::memset(packed, 0, qgemm_packed_bytes(t, out_features, in_features));  // padding rows stay all zero
+  for (int o = 0; o < out_features; ++o) {
+    const int g = o / kQGroup, lane = o % kQGroup;
+    for (int s = 0; s < ns; ++s) {
+      uint8_t* sb = packed + (size_t(g) * ns + s) * gsb;
+      if (t == QuantType::Q4_K) {
+        pack_q4k_lane(static_cast<const BlockQ4_K*>(blocks)[size_t(o) * ns + s], lane, sb);
+      } else {
+        pack_q6k_lane(static_cast<const BlockQ6_K*>(blocks)[size_t(o) * ns + s], lane, sb);
+      }
+    }
+  }
+}
+
+void qgemm_groups_k_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                           int out_features, int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q4_K) {
+    return groups_q4k_scalar(acts, packed, y, out_features, in_features, group_begin, group_end);
+  }
+  groups_q6k_scalar(acts, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+void qgemm_k(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+             int out_features, int in_features) {
+  TS_CHECK(qgemm_is_k(t) && in_features % kQSuper == 0, "qgemm_k: cannot run ", quant_type_name(t), " with ",
+           in_features, " inputs");
+  const bool worth = gemm_worth_threads(acts.rows, out_features, in_features, 1);
+  parallel_ranges(qgemm_groups(out_features), worth, [&](int64_t begin, int64_t end) {
+    switch (k) {
+      case QgemmKernel::Avx512:
+      case QgemmKernel::Avx512Vnni:
+        return avx512::qgemm_groups_k(t, k == QgemmKernel::Avx512Vnni, acts, packed, y, out_features, in_features,
+                                      int(begin), int(end));
+      case QgemmKernel::Avx2:
+      case QgemmKernel::Avx2Vnni:
+        return avx2::qgemm_groups_k(t, k == QgemmKernel::Avx2Vnni, acts, packed, y, out_features, in_features,
+                                    int(begin), int(end));
+      case QgemmKernel::Scalar: break;
+    }
+    qgemm_groups_k_scalar(t, acts, packed, y, out_features, in_features, int(begin), int(end));
+  });
+}
+
+}  // namespace ts::kernels::cpu

@@ -1,0 +1,233 @@
+// Internal: the avx2 K-quant GEMM (qgemm_k.h), included twice by qgemm_k_avx2.cc: with TS_Q_VNNI = 1 (vpdpbusd
+// on ymm, AVX-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; weights <= 63, no saturation). A
+// 16-output group is two 8-lane halves; the weights of one half are unpacked once per block and reused by every
+// row of the tile (up to 4), the scales once per super-block (Q4_K) or block (Q6_K).
+// Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/qgemm_k.h"
+
+namespace ts::kernels::cpu::TS_Q_NS {
+namespace {
+
+// Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
+// (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
+// alone a 1-thread M=1 Q4_K product streamed from DRAM at half of Q4_0's bandwidth (Zen 5), at most 1.3x in cache.
+constexpr int kPrefetchSupers = 2;
+template <size_t kSuperBytes>
+TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
+  const char* p = reinterpret_cast<const char*>(sb + kPrefetchSupers * kSuperBytes + kSuperBytes / 8 * part);
+  #pragma GCC unroll 8
+  for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
+}
+
+constexpr int kMaxTileRows = 4;
+
+TS_Q_TARGET inline __m256i broadcast_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Exact sum of 4 unsigned x signed byte products per int32 lane, added to s (u <= 63 here).
+TS_Q_TARGET inline __m256i dot_quads(__m256i s, __m256i u, __m256i x) {
+#if TS_Q_VNNI
+  return _mm256_dpbusd_avx_epi32(s, u, x);
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(u, x);
+  return _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
+// (a & 0x0F) | (b & 0x30) per byte.
+TS_Q_TARGET inline __m256i low_nibble_or_bits_4_5(__m256i a, __m256i b) {
+  return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8(0x0F)), _mm256_and_si256(b, _mm256_set1_epi8(0x30)));
+}
+
+TS_Q_TARGET inline __m256 widen_u8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+TS_Q_TARGET inline __m256i widen_i8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+TS_Q_TARGET inline __m256 load_f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Q4_K's 6-bit scales and mins of one group super-block as bytes: sc, mn: [8 j][16 lanes].
+TS_Q_TARGET inline void unpack_q4k_scales(const uint8_t* sb, uint8_t* sc, uint8_t* mn) {
+  #pragma GCC unroll 2
+  for (int q = 0; q < 2; ++q) {  // sub-blocks 2q, 2q + 1 and 4 + 2q, 5 + 2q
+    const __m256i lo_a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 64 + 32 * q));
+    const __m256i lo_b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128 + 32 * q));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 192 + 32 * q));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc + 32 * q), low_nibble_or_bits_4_5(lo_a, _mm256_slli_epi16(hi, 4)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc + 64 + 32 * q), low_nibble_or_bits_4_5(lo_b, hi));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(mn + 32 * q),
+                       low_nibble_or_bits_4_5(_mm256_srli_epi16(lo_a, 4), _mm256_slli_epi16(hi, 2)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(mn + 64 + 32 * q),
+                       low_nibble_or_bits_4_5(_mm256_srli_epi16(lo_b, 4), _mm256_srli_epi16(hi, 2)));
+  }
+}
+
+template <int R>
+TS_Q_TARGET inline void store_tile(__m256 (&acc)[R][2], float* y, int ldy, int valid_lanes) {
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (valid_lanes >= 16) {
+      _mm256_storeu_ps(y + size_t(r) * ldy, acc[r][0]);
+      _mm256_storeu_ps(y + size_t(r) * ldy + 8, acc[r][1]);
+    } else {
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, acc[r][0]);
+      _mm256_store_ps(tmp + 8, acc[r][1]);
+      std::memcpy(y + size_t(r) * ldy, tmp, sizeof(float) * valid_lanes);
+    }
+  }
+}
+
+template <int R>
+TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
+  const int nb = ns * kQBlocksPerSuper;
+  __m256 acc[R][2];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
+  const float* dx0 = a.d.data() + size_t(row0) * nb;
+  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  for (int s = 0; s < ns; ++s) {
+    const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
+    alignas(32) uint8_t sc[128], mn[128];
+    unpack_q4k_scales(sb, sc, mn);
+    for (int j = 0; j < kQBlocksPerSuper; ++j) {
+      const int b = s * kQBlocksPerSuper + j;
+      const uint8_t* quants = sb + 256 + 256 * j;
+      if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
+        const __m256 ds = _mm256_mul_ps(load_f16x8(sb + 16 * h), widen_u8(sc + 16 * j + 8 * h));       // exact
+        const __m256 dm = _mm256_mul_ps(load_f16x8(sb + 32 + 16 * h), widen_u8(mn + 16 * j + 8 * h));  // exact
+        __m256i w[8];
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        #pragma GCC unroll 8
+        for (int i = 0; i < 4; ++i) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i + 32 * h));
+          w[i] = _mm256_and_si256(v, low4);
+          w[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+          __m256i s_sum = _mm256_setzero_si256();
+          #pragma GCC unroll 8
+          for (int q = 0; q < 8; ++q) s_sum = dot_quads(s_sum, w[q], broadcast_quad(xq + 4 * q));
+          const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
+          acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(s_sum), acc[r][h]);
+          acc[r][h] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(float(sum0[size_t(r) * nb + b])),
+                                       acc[r][h]);
+        }
+      }
+    }
+  }
+  store_tile<R>(acc, y, ldy, valid_lanes);
+}
+
+template <int R>
+TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
+  const int nb = ns * kQBlocksPerSuper;
+  __m256 acc[R][2];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
+  const float* dx0 = a.d.data() + size_t(row0) * nb;
+  const int32_t* sum16_0 = a.sum16.data() + size_t(row0) * nb * 2;
+  for (int s = 0; s < ns; ++s) {
+    const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
+    for (int i = 0; i < kQBlocksPerSuper; ++i) {
+      const int b = s * kQBlocksPerSuper + i;
+      const uint8_t* blk = sb + 288 + 384 * i;
+      if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d = load_f16x8(sb + 16 * h);
+        const __m256i sc_lo = widen_i8(sb + 32 + 32 * i + 8 * h), sc_hi = widen_i8(sb + 32 + 32 * i + 16 + 8 * h);
+        __m256i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3
+        #pragma GCC unroll 2
+        for (int p = 0; p < 2; ++p) {
+          const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p + 32 * h));
+          const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 32 * h));
+          const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 64 + 32 * h));
+          w[2 * p] = low_nibble_or_bits_4_5(low0, _mm256_slli_epi16(high, 4));
+          w[2 * p + 4] = low_nibble_or_bits_4_5(_mm256_srli_epi16(low0, 4), _mm256_slli_epi16(high, 2));
+          w[2 * p + 1] = low_nibble_or_bits_4_5(low1, high);
+          w[2 * p + 5] = low_nibble_or_bits_4_5(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(high, 2));
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+          const int32_t* sum16 = sum16_0 + (size_t(r) * nb + b) * 2;
+          __m256i lo = _mm256_set1_epi32(-32 * sum16[0]), hi = _mm256_set1_epi32(-32 * sum16[1]);
+          #pragma GCC unroll 8
+          for (int q = 0; q < 4; ++q) {
+            lo = dot_quads(lo, w[q], broadcast_quad(xq + 4 * q));
+            hi = dot_quads(hi, w[q + 4], broadcast_quad(xq + 16 + 4 * q));
+          }
+          const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(lo, sc_lo), _mm256_mullo_epi32(hi, sc_hi));
+          const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
+          acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum), acc[r][h]);
+        }
+      }
+    }
+  }
+  store_tile<R>(acc, y, ldy, valid_lanes);
+}
+
+template <QuantType kT, int R>
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                      int ldy, int valid_lanes, bool prefetch) {
+  if constexpr (kT == QuantType::Q4_K) {
+    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  } else {
+    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  }
+}
+
+template <QuantType kT>
+TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
+                        int group_begin, int group_end) {
+  const int ns = in_features / kQSuper;
+  const size_t gsb = qgemm_k_group_super_bytes(kT);
+  for (int g = group_begin; g < group_end; ++g) {
+    const uint8_t* group = packed + size_t(g) * ns * gsb;
+    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+    float* yg = y + g * kQGroup;
+    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+      float* yt = yg + size_t(row0) * out_features;
+      switch (std::min(kMaxTileRows, a.rows - row0)) {
+        case 1: tile<kT, 1>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 2: tile<kT, 2>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 3: tile<kT, 3>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, 4>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q4_K) {
+    return groups<QuantType::Q4_K>(a, packed, y, out_features, in_features, group_begin, group_end);
+  }
+  groups<QuantType::Q6_K>(a, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+}  // namespace ts::kernels::cpu::TS_Q_NS

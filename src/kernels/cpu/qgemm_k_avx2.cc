@@ -1,0 +1,41 @@
+// The avx2 K-quant GEMM: qgemm_k_avx2-inl.h compiled with and without AVX-VNNI (the activations come from
+// qgemm_avx2.cc's quantize_rows, shared with Q8_0 / Q4_0).
+#include <immintrin.h>
+
+#include "kernels/cpu/qgemm_k.h"
+
+#define TS_Q_NS avx2k_plain
+#define TS_Q_TARGET __attribute__((target("avx2,fma,f16c")))
+#define TS_Q_VNNI 0
+#include "kernels/cpu/qgemm_k_avx2-inl.h"
+#undef TS_Q_NS
+#undef TS_Q_TARGET
+#undef TS_Q_VNNI
+
+#define TS_Q_NS avx2k_vnni
+#define TS_Q_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define TS_Q_VNNI 1
+#include "kernels/cpu/qgemm_k_avx2-inl.h"
+
+namespace ts::kernels::cpu {
+namespace avx2k_plain {
+void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}
+namespace avx2k_vnni {
+void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}
+
+namespace avx2 {
+
+void qgemm_groups_k(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                    int out_features, int in_features, int group_begin, int group_end) {
+  if (vnni) {
+    return avx2k_vnni::run_groups_k(t, acts, packed, y, out_features, in_features, group_begin, group_end);
+  }
+  avx2k_plain::run_groups_k(t, acts, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+}  // namespace avx2
+}  // namespace ts::kernels::cpu

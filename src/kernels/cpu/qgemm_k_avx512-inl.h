@@ -1,0 +1,225 @@
+// Internal: the avx512 K-quant GEMM (qgemm_k.h), included twice by qgemm_k_avx512.cc: with TS_Q_VNNI = 1
+// (vpdpbusd, AVX512-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; the weights are unsigned and at
+// most 63, so the pair sums never saturate). One zmm lane per output of the 16-row group; a tile of up to 8 rows
+// widens each super-block's scales and each block's weights once and reuses them for all its rows.
+// Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/qgemm_k.h"
+
+namespace ts::kernels::cpu::TS_Q_NS {
+namespace {
+
+// Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
+// (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
+// alone a 1-thread M=1 Q4_K product streamed from DRAM at half of Q4_0's bandwidth (Zen 5), at most 1.3x in cache.
+constexpr int kPrefetchSupers = 2;
+template <size_t kSuperBytes>
+TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
+  const char* p = reinterpret_cast<const char*>(sb + kPrefetchSupers * kSuperBytes + kSuperBytes / 8 * part);
+  #pragma GCC unroll 8
+  for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
+}
+
+constexpr int kMaxTileRows = 8;
+
+TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Exact sum of 4 unsigned x signed byte products per int32 lane, added to s (u <= 63 here).
+TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
+#if TS_Q_VNNI
+  return _mm512_dpbusd_epi32(s, u, x);
+#else
+  const __m512i pairs = _mm512_maddubs_epi16(u, x);
+  return _mm512_add_epi32(s, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
+#endif
+}
+
+// (a & 0x0F) | b per byte, for b with a zero low nibble.
+TS_Q_TARGET inline __m512i low_nibble_or(__m512i a, __m512i b) {
+  return _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi8(0x0F), 0xEC);  // (A & C) | B
+}
+
+TS_Q_TARGET inline __m512i bits_4_5(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x30)); }
+
+// out[16 i + lane] = scale[lane] * bytes[16 i + lane] for i = 0..3 (64 bytes: 4 sub-blocks x 16 lanes). Exact:
+// an f16 value times a 6-bit integer. Widened in registers (a 16-byte reload of a 64-byte store would miss
+// store-to-load forwarding on some cores).
+TS_Q_TARGET inline __m512 scale_16(__m512 scale, __m128i bytes) {
+  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)));
+}
+TS_Q_TARGET inline void scale_bytes(__m512i bytes, __m512 scale, float* out) {
+  _mm512_store_ps(out, scale_16(scale, _mm512_castsi512_si128(bytes)));
+  _mm512_store_ps(out + 16, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 1)));
+  _mm512_store_ps(out + 32, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 2)));
+  _mm512_store_ps(out + 48, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 3)));
+}
+
+// Q4_K's d * sc_j and dmin * m_j of one group super-block: ds, dm: [8 j][16 lanes].
+TS_Q_TARGET inline void q4k_scales(const uint8_t* sb, float* ds, float* dm) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+  const __m512i lo_a = _mm512_loadu_si512(sb + 64), lo_b = _mm512_loadu_si512(sb + 128);
+  const __m512i hi = _mm512_loadu_si512(sb + 192);
+  scale_bytes(low_nibble_or(lo_a, bits_4_5(_mm512_slli_epi16(hi, 4))), d, ds);
+  scale_bytes(low_nibble_or(lo_b, bits_4_5(hi)), d, ds + 64);
+  scale_bytes(low_nibble_or(_mm512_srli_epi16(lo_a, 4), bits_4_5(_mm512_slli_epi16(hi, 2))), dmin, dm);
+  scale_bytes(low_nibble_or(_mm512_srli_epi16(lo_b, 4), bits_4_5(_mm512_srli_epi16(hi, 2))), dmin, dm + 64);
+}
+
+template <int R>
+TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
+  const int nb = ns * kQBlocksPerSuper;
+  __m512 acc[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
+  const float* dx0 = a.d.data() + size_t(row0) * nb;
+  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  for (int s = 0; s < ns; ++s) {
+    const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
+    alignas(64) float ds_all[128], dm_all[128];  // [8 j][16 lanes]
+    q4k_scales(sb, ds_all, dm_all);
+    for (int j = 0; j < kQBlocksPerSuper; ++j) {
+      const int b = s * kQBlocksPerSuper + j;
+      const __m512 ds = _mm512_load_ps(ds_all + 16 * j), dm = _mm512_load_ps(dm_all + 16 * j);
+      if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
+      const uint8_t* quants = sb + 256 + 256 * j;
+      __m512i w[8];
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
+      #pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(quants + 64 * i);
+        w[i] = _mm512_and_si512(v, low4);
+        w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+        __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
+        #pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) {
+          if (q % 2 == 0) {
+            s_even = dot_quads(s_even, w[q], broadcast_quad(xq + 4 * q));
+          } else {
+            s_odd = dot_quads(s_odd, w[q], broadcast_quad(xq + 4 * q));
+          }
+        }
+        const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s_even, s_odd));
+        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(ds, dx), isum, acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_set1_ps(float(sum0[size_t(r) * nb + b])), acc[r]);
+      }
+    }
+  }
+  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+}
+
+template <int R>
+TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
+  const int nb = ns * kQBlocksPerSuper;
+  __m512 acc[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
+  const float* dx0 = a.d.data() + size_t(row0) * nb;
+  const int32_t* sum16_0 = a.sum16.data() + size_t(row0) * nb * 2;
+  for (int s = 0; s < ns; ++s) {
+    const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    for (int i = 0; i < kQBlocksPerSuper; ++i) {
+      const int b = s * kQBlocksPerSuper + i;
+      const __m512i sc_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i)));
+      const __m512i sc_hi =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i + 16)));
+      const uint8_t* blk = sb + 288 + 384 * i;
+      if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
+      __m512i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3, one byte each
+      #pragma GCC unroll 8
+      for (int p = 0; p < 2; ++p) {
+        const __m512i high = _mm512_loadu_si512(blk + 256 + 64 * p);
+        const __m512i low0 = _mm512_loadu_si512(blk + 128 * p), low1 = _mm512_loadu_si512(blk + 128 * p + 64);
+        w[2 * p] = low_nibble_or(low0, bits_4_5(_mm512_slli_epi16(high, 4)));
+        w[2 * p + 4] = low_nibble_or(_mm512_srli_epi16(low0, 4), bits_4_5(_mm512_slli_epi16(high, 2)));
+        w[2 * p + 1] = low_nibble_or(low1, bits_4_5(high));
+        w[2 * p + 5] = low_nibble_or(_mm512_srli_epi16(low1, 4), bits_4_5(_mm512_srli_epi16(high, 2)));
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+        const int32_t* sum16 = sum16_0 + (size_t(r) * nb + b) * 2;
+        // The level offset (q - 32) enters as the start value: exact integers.
+        __m512i lo = _mm512_set1_epi32(-32 * sum16[0]), hi = _mm512_set1_epi32(-32 * sum16[1]);
+        #pragma GCC unroll 8
+        for (int q = 0; q < 4; ++q) {
+          lo = dot_quads(lo, w[q], broadcast_quad(xq + 4 * q));
+          hi = dot_quads(hi, w[q + 4], broadcast_quad(xq + 16 + 4 * q));
+        }
+        const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc_lo), _mm512_mullo_epi32(hi, sc_hi));
+        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+  }
+  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+}
+
+template <QuantType kT, int R>
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                      int ldy, int valid_lanes, bool prefetch) {
+  if constexpr (kT == QuantType::Q4_K) {
+    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  } else {
+    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  }
+}
+
+template <QuantType kT>
+TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
+                        int group_begin, int group_end) {
+  const int ns = in_features / kQSuper;
+  const size_t gsb = qgemm_k_group_super_bytes(kT);
+  for (int g = group_begin; g < group_end; ++g) {
+    const uint8_t* group = packed + size_t(g) * ns * gsb;
+    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+    float* yg = y + g * kQGroup;
+    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+      float* yt = yg + size_t(row0) * out_features;
+      switch (std::min(kMaxTileRows, a.rows - row0)) {
+        case 1: tile<kT, 1>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 2: tile<kT, 2>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 3: tile<kT, 3>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 4: tile<kT, 4>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 5: tile<kT, 5>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 6: tile<kT, 6>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        case 7: tile<kT, 7>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, 8>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q4_K) {
+    return groups<QuantType::Q4_K>(a, packed, y, out_features, in_features, group_begin, group_end);
+  }
+  groups<QuantType::Q6_K>(a, packed, y, out_features, in_features, group_begin, group_end);
+}
+
+}  // namespace ts::kernels::cpu::TS_Q_NS
