@@ -150,13 +150,15 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--threads", threads);
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
+  std::string quantize = "native";
+  cli::add_quantize_option(app, &quantize);
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts_path, bundle);

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
+#include "decode_flags.h"
 #include "prompt_file.h"
 #include "sampling/chooser.h"
 #include "sampling/distribution.h"
@@ -190,12 +191,14 @@ int bench_round(int argc, char** argv) {
   app.add_option("--branch-cap", branch_cap);
   app.add_option("--seed", seed);
   app.add_option("--threads", threads, "CPU threads (default 1: the shipped pair is per-op bound)");
+  std::string quantize = "native";
+  cli::add_quantize_option(app, &quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
   TS_CHECK(bundle.drafter, "bench round needs --drafter");
   configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts, bundle);

@@ -262,6 +262,8 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--threads", threads, "model threads (0 = by model size)");
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
+  std::string quantize = "native";
+  cli::add_quantize_option(app, &quantize);
   app.add_option("--json", json_out, "results");
   app.add_option("--svg", svg_out, "plot of goodput and tree size against load");
   app.add_option("--traces", traces_out, "per-arm (tree size, accepted) of every round, for simulate");
@@ -282,7 +284,7 @@ int bench_serve(int argc, char** argv) {
       }
   }
   const std::vector<PromptBody> prompts = load_prompts(prompts_path);
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   const int block = bundle.drafter->block_size();

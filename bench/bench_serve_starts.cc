@@ -100,6 +100,8 @@ int bench_serve_starts(int argc, char** argv) {
   app.add_option("--temperature", temperature, "sampling temperature of every request");
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--threads", threads, "model threads (0 = by model size)");
+  std::string quantize = "native";
+  cli::add_quantize_option(app, &quantize);
   app.add_option("--json", json_out, "results");
   try {
     app.parse(argc, argv);
@@ -108,7 +110,7 @@ int bench_serve_starts(int argc, char** argv) {
   }
   std::vector<PromptBody> prompts = load_prompts(prompts_path);
   if (limit > 0 && int(prompts.size()) > limit) prompts.resize(size_t(limit));
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
   TS_CHECK(bundle.drafter, "bench serve starts needs --drafter");
   configure_for_model(bundle.target->weight_bytes(), threads);
   CostCacheOptions co;  // what `treespark serve` reads at start-up

@@ -106,7 +106,8 @@ CostCacheResult cached_cost_model(TargetModel& target, Drafter* drafter, const C
   const int max_k = *std::max_element(so.ks.begin(), so.ks.end());
   so.context = std::max(1, std::min(o.context, target.config().max_position_embeddings - max_k - 1));
   const std::string key =
-      cat("v2|", canonical(o.model_dir), "|", canonical(o.drafter_dir), "|", target.weight_bytes(), "|",
+      cat("v2|", canonical(o.model_dir), "|", canonical(o.drafter_dir), "|", target.weight_format(), "|",
+          target.weight_bytes(), "|",
           cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", dtype_name(target.kv_dtype()), "|b");
   std::string full_key = key;
   for (int b : o.batches) full_key += cat(b, ",");

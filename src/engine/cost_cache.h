@@ -1,8 +1,8 @@
 // The cost model a command prices trees with: measured once per machine and kept on disk, so that `generate`,
 // `serve` and `calibrate` price alike and a server's start-up noise cannot poison its policy for good.
 //
-// The curve depends on the model pair, the machine, the kernel variant, the thread count and the KV dtype, not on
-// the prompt. It is kept in $XDG_CACHE_HOME/treespark (else ~/.cache/treespark) under a hash of all of them plus
+// The curve depends on the model pair, its weight format, the machine, the kernel variant, the thread count and the
+// KV dtype, not on the prompt. It is kept in $XDG_CACHE_HOME/treespark (else ~/.cache/treespark) under a hash of all of them plus
 // the measured batches; an unreadable entry is measured again, an unwritable cache only costs the measurement next
 // time.
 //

@@ -7,11 +7,14 @@
 
 namespace ts {
 
-ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir) {
+ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir,
+                              const std::string& weights) {
   ModelBundle b;
   b.model_dir = model_dir;
   b.drafter_dir = drafter_dir;
-  b.target = TargetModel::load(model_dir);
+  LoadOptions lo;
+  lo.weights = parse_weight_scheme(weights);
+  b.target = TargetModel::load(model_dir, lo);
   b.generation_config = load_generation_config(model_dir);
   if (!drafter_dir.empty()) {
     b.drafter = Drafter::load(drafter_dir, b.target->config());

@@ -22,13 +22,17 @@ int cmd_perplexity(int argc, char** argv) {
   app.add_option("--ids-file", ids_file, "file of comma- or space-separated token ids")->required();
   app.add_option("--window", window, "tokens per window (default: the model's context)");
   app.add_option("--threads", threads, "CPU threads (0 = all)");
+  std::string quantize = "native";
+  add_quantize_option(app, &quantize);
   app.add_flag("--json", json, "print a JSON object");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  auto model = TargetModel::load(model_dir);
+  LoadOptions load_options;
+  load_options.weights = parse_weight_scheme(quantize);
+  auto model = TargetModel::load(model_dir, load_options);
   configure_for_model(model->weight_bytes(), threads);
   const std::vector<int32_t> ids = parse_ids(read_text_file(ids_file));
   TS_CHECK(ids.size() >= 2, ids_file, ": need at least 2 token ids, found ", ids.size());

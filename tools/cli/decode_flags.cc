@@ -23,6 +23,7 @@ void DecodeFlags::add_sampling(CLI::App& app) {
   app.add_option("--max-context", max_context, "context limit, prompt included")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "CPU threads (0 = all)");
   add_kv_dtype_option(app, &kv_dtype);
+  add_quantize_option(app, &quantize);
 }
 
 void DecodeFlags::add_spec(CLI::App& app) {
@@ -133,6 +134,20 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 void add_kv_dtype_option(CLI::App& app, std::string* choice) {
   app.add_option("--kv-dtype", *choice, "KV cache element type: auto (bf16 for a bf16 model), f32 or bf16")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+}
+
+void add_quantize_option(CLI::App& app, std::string* choice) {
+  app.add_option("--quantize", *choice,
+                 "target weight format: native (the checkpoint's), q8_0 or q4_0 (quantized at load, round to nearest; "
+                 "norms and embeddings stay as stored)")
+      ->check([](const std::string& v) {
+        try {
+          parse_weight_scheme(v);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
 }
 
 }  // namespace ts::cli
