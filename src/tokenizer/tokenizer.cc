@@ -52,6 +52,10 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
   } catch (const nlohmann::json::exception& e) {
     TS_FAIL(origin, ": not valid JSON (", e.what(), ")");
   }
+  return from_json(root, origin);
+}
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& root, const std::string& origin) {
   TS_CHECK(root.is_object() && root.contains("model"), origin, ": not a Hugging Face tokenizer.json (no \"model\")");
   auto impl = std::make_shared<TokenizerImpl>();
   impl->origin = origin;

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace ts::tok {
 
 struct TokenizerImpl;
@@ -28,6 +30,8 @@ class Tokenizer {
  public:
   static Tokenizer from_file(const std::string& tokenizer_json_path);  // throws ts::Error with a clear message
   static Tokenizer from_json_text(const std::string& tokenizer_json, const std::string& origin = "tokenizer.json");
+  // An already parsed tokenizer.json (e.g. io::tokenizer_json_from_gguf()); `origin` names it in errors.
+  static Tokenizer from_json(const nlohmann::json& tokenizer_json, const std::string& origin);
 
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
   // encode() where special tokens may match only inside the stretches marked in `from_input` ([text.size()]
