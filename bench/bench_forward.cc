@@ -116,7 +116,7 @@ int bench_forward(int argc, char** argv) {
   cli::add_kv_dtype_option(app, &kv_dtype);
   std::string quantize_list = "native";
   app.add_option("--quantize", quantize_list,
-                 "weight formats to measure side by side, comma-separated: native (the checkpoint's), q8_0, q4_0 "
+                 "weight formats to measure side by side, comma-separated: native (the checkpoint's), q8_0, q4_0, q4_k_m "
                  "(quantized at load)");
   app.add_option("--json", json_out, "write results here");
   try {

@@ -27,10 +27,13 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
   m->kv_dtype_ = compute;
   m->weight_scheme_ = options.weights;
-  const WeightPlan plan{compute, options.weights};
+  WeightPlan plan{compute, options.weights, -1, c.num_layers};
 
-  for (int l = 0; l < c.num_layers; ++l)
+  for (int l = 0; l < c.num_layers; ++l) {
+    plan.layer = l;
     m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, plan));
+  }
+  plan.layer = -1;
   m->final_norm_ = load_vector(ckpt, "model.norm.weight", c.hidden_size);
   if (c.tie_word_embeddings) {
     m->lm_head_ = load_linear(ckpt, {"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, plan,

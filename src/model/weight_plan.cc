@@ -12,6 +12,7 @@ const char* weight_scheme_name(WeightScheme s) {
     case WeightScheme::Native: return "native";
     case WeightScheme::Q8_0: return "q8_0";
     case WeightScheme::Q4_0: return "q4_0";
+    case WeightScheme::Q4_K_M: return "q4_k_m";
   }
   return "?";
 }
@@ -22,13 +23,23 @@ WeightScheme parse_weight_scheme(const std::string& name) {
   if (n == "native" || n == "bf16" || n.empty()) return WeightScheme::Native;
   if (n == "q8_0") return WeightScheme::Q8_0;
   if (n == "q4_0") return WeightScheme::Q4_0;
-  TS_FAIL("unknown weight format '", name, "': expected native, q8_0 or q4_0");
+  if (n == "q4_k_m") return WeightScheme::Q4_K_M;
+  TS_FAIL("unknown weight format '", name, "': expected native, q8_0, q4_0 or q4_k_m");
+}
+
+bool WeightPlan::more_bits_layer(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
 std::optional<kernels::QuantType> WeightPlan::quant_for(MatrixRole role, int in_features) const {
+  using kernels::QuantType;
   if (scheme == WeightScheme::Native || in_features % kernels::kQK8_0 != 0) return std::nullopt;
-  if (scheme == WeightScheme::Q8_0 || role == MatrixRole::LmHead) return kernels::QuantType::Q8_0;
-  return kernels::QuantType::Q4_0;
+  if (scheme == WeightScheme::Q8_0 || (scheme == WeightScheme::Q4_0 && role == MatrixRole::LmHead)) return QuantType::Q8_0;
+  if (scheme == WeightScheme::Q4_0) return QuantType::Q4_0;
+  if (in_features % kernels::kQK_K != 0) return QuantType::Q8_0;  // q4_k_m on a width the K-quants cannot take
+  const bool more_bits = (role == MatrixRole::MlpDown || role == MatrixRole::AttnQkv) && layer >= 0 &&
+                         more_bits_layer(layer, n_layers);
+  return role == MatrixRole::LmHead || more_bits ? QuantType::Q6_K : QuantType::Q4_K;
 }
 
 }  // namespace ts

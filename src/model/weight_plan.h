@@ -4,9 +4,13 @@
 // Schemes (round to nearest, no importance matrix; norms, biases and the embedding table stay as stored, the
 // embedding rows are read from the checkpoint in place):
 //   q8_0  every projection and the lm_head in Q8_0 (as llama.cpp's Q8_0 files).
-//   q4_0  every projection in Q4_0; the lm_head in Q8_0 (llama.cpp's Q4_0 files keep it in Q6_K, a format the
-//         integer GEMM does not run yet; Q8_0 is the closer of the two it runs).
-// A matrix whose in_features is not a multiple of 32 stays in the float format (llama.cpp falls back likewise).
+//   q4_0  every projection in Q4_0; the lm_head in Q8_0.
+//   q4_k_m llama.cpp's Q4_K_M mix: Q4_K everywhere, except Q6_K for the lm_head and, in the layers where
+//         llama.cpp gives attn_v and ffn_down more bits (the first and last eighth and every third layer between:
+//         use_more_bits), for ffn_down and the fused q/k/v projection (llama.cpp upgrades attn_v alone; ours is
+//         fused, so q and k get Q6_K there too: slightly larger than llama.cpp's file, never less precise).
+// A matrix whose in_features is not a multiple of the format's block (32; 256 for the K-quants) falls back to Q8_0
+// where it can and to the float format otherwise (llama.cpp falls back likewise).
 #pragma once
 
 #include <optional>
@@ -17,10 +21,10 @@
 
 namespace ts {
 
-enum class WeightScheme { Native, Q8_0, Q4_0 };
+enum class WeightScheme { Native, Q8_0, Q4_0, Q4_K_M };
 
-const char* weight_scheme_name(WeightScheme s);  // "native", "q8_0", "q4_0"
-// "native" | "bf16" | "q8_0" | "q4_0" (any case) -> scheme; ts::Error naming the valid ones otherwise.
+const char* weight_scheme_name(WeightScheme s);  // "native", "q8_0", "q4_0", "q4_k_m"
+// "native" | "bf16" | "q8_0" | "q4_0" | "q4_k_m" (any case) -> scheme; ts::Error naming the valid ones otherwise.
 WeightScheme parse_weight_scheme(const std::string& name);
 
 enum class MatrixRole { AttnQkv, AttnOut, MlpGateUp, MlpDown, LmHead, DrafterFc };
@@ -28,9 +32,12 @@ enum class MatrixRole { AttnQkv, AttnOut, MlpGateUp, MlpDown, LmHead, DrafterFc 
 struct WeightPlan {
   DType compute = DType::BF16;  // the float GEMM's type (F32 or BF16) for matrices left unquantized
   WeightScheme scheme = WeightScheme::Native;
+  int layer = -1, n_layers = 0;  // the layer being loaded (q4_k_m's choice depends on it); -1 outside layers
 
   // The quantized format of one matrix, or nullopt for the float GEMM.
   std::optional<kernels::QuantType> quant_for(MatrixRole role, int in_features) const;
+  // llama.cpp's use_more_bits(layer, n_layers).
+  static bool more_bits_layer(int layer, int n_layers);
 };
 
 }  // namespace ts

@@ -1,4 +1,4 @@
-// Greedy speculative output on a quantized target (--quantize q8_0 / q4_0) equals target-only greedy output on
+// Greedy speculative output on a quantized target (--quantize q8_0 / q4_0 / q4_k_m) equals target-only greedy output on
 // that same quantized target, under every ISA variant this CPU supports. What it rests on: the integer GEMM gives
 // a row the same bits whatever rows share the call (kernels/cpu/qgemm.h), so a tree row's logits equal the same
 // token decoded alone. Shapes are multiples of 32 (the quantized formats' block) except the 20-token vocabulary
@@ -30,10 +30,12 @@ class GreedyQuantized : public ::testing::TestWithParam<std::tuple<Isa, WeightSc
 
 TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
   const WeightScheme scheme = std::get<1>(GetParam());
-  const int vocab = 20, hidden = 64, layers = 2;
+  // q4_k_m needs widths that are multiples of 256 (the K-quants' super-block), or it falls back to Q8_0.
+  const bool k_quants = scheme == WeightScheme::Q4_K_M;
+  const int vocab = 20, hidden = k_quants ? 256 : 64, layers = 2;
   ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
-  c.head_dim = 16;
-  c.intermediate_size = 96;
+  c.head_dim = k_quants ? 64 : 16;
+  c.intermediate_size = k_quants ? 512 : 96;
   DrafterConfig d = testing::tiny_drafter_config(vocab, hidden, layers, /*block=*/6);
   const std::string dir = testing::temp_dir("greedy_quantized");
   int accepted = 0;
@@ -43,8 +45,10 @@ TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
     LoadOptions lo;
     lo.weights = scheme;
     auto target = TargetModel::load(dir + "/target", lo);
-    ASSERT_EQ(target->weight_format(), scheme == WeightScheme::Q8_0 ? "q8_0 (projections Q8_0, lm_head Q8_0)"
-                                                                     : "q4_0 (projections Q4_0, lm_head Q8_0)");
+    const char* want_format = scheme == WeightScheme::Q8_0   ? "q8_0 (projections Q8_0, lm_head Q8_0)"
+                              : scheme == WeightScheme::Q4_0 ? "q4_0 (projections Q4_0, lm_head Q8_0)"
+                                                             : "q4_k_m (projections Q4_K+Q6_K, lm_head Q6_K)";
+    ASSERT_EQ(target->weight_format(), want_format);
     auto drafter = Drafter::load(dir + "/drafter", target->config());
     Generator plain(*target, nullptr);
     Generator spec_gen(*target, drafter.get(), spec::Calibration{1.3, 0.4});
@@ -76,7 +80,8 @@ TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, GreedyQuantized,
                          ::testing::Combine(::testing::ValuesIn(supported_isas()),
-                                            ::testing::Values(WeightScheme::Q8_0, WeightScheme::Q4_0)),
+                                            ::testing::Values(WeightScheme::Q8_0, WeightScheme::Q4_0,
+                                                              WeightScheme::Q4_K_M)),
                          [](const auto& info) {
                            return std::string(isa_name(std::get<0>(info.param))) + "_" +
                                   weight_scheme_name(std::get<1>(info.param));

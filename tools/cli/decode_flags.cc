@@ -138,7 +138,7 @@ void add_kv_dtype_option(CLI::App& app, std::string* choice) {
 
 void add_quantize_option(CLI::App& app, std::string* choice) {
   app.add_option("--quantize", *choice,
-                 "target weight format: native (the checkpoint's), q8_0 or q4_0 (quantized at load, round to nearest; "
+                 "target weight format: native (the checkpoint's), q8_0, q4_0 or q4_k_m (quantized at load, round to nearest; "
                  "norms and embeddings stay as stored)")
       ->check([](const std::string& v) {
         try {

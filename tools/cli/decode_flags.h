@@ -58,7 +58,7 @@ std::vector<int32_t> parse_ids(const std::string& text);
 
 // --kv-dtype auto|f32|bf16 (engine/model_bundle.h, parse_kv_dtype), for every command that loads a model.
 void add_kv_dtype_option(CLI::App& app, std::string* choice);  // "1,2,3" or "1 2 3"
-// --quantize native|q8_0|q4_0: the target's weight format, quantized at load (model/weight_plan.h).
+// --quantize native|q8_0|q4_0|q4_k_m: the target's weight format, quantized at load (model/weight_plan.h).
 void add_quantize_option(CLI::App& app, std::string* choice);
 
 }  // namespace ts::cli

@@ -1,0 +1,57 @@
+// The --quantize schemes' per-matrix formats (model/weight_plan.h), q4_k_m against llama.cpp's Q4_K_M rule.
+#include "model/weight_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace ts {
+namespace {
+
+using kernels::QuantType;
+
+TEST(WeightPlan, ParsesNamesAndRefusesOthers) {
+  EXPECT_EQ(parse_weight_scheme("Q4_K_M"), WeightScheme::Q4_K_M);
+  EXPECT_EQ(parse_weight_scheme("bf16"), WeightScheme::Native);
+  try {
+    parse_weight_scheme("q5_k_s");
+    FAIL() << "q5_k_s accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown weight format 'q5_k_s'"), std::string::npos);
+  }
+}
+
+TEST(WeightPlan, Q8AndQ4) {
+  WeightPlan p{DType::BF16, WeightScheme::Q4_0, 3, 20};
+  EXPECT_EQ(p.quant_for(MatrixRole::MlpDown, 1536), QuantType::Q4_0);
+  EXPECT_EQ(p.quant_for(MatrixRole::LmHead, 512), QuantType::Q8_0);
+  EXPECT_EQ(p.quant_for(MatrixRole::AttnOut, 100), std::nullopt);  // not whole blocks: stays float
+  p.scheme = WeightScheme::Q8_0;
+  EXPECT_EQ(p.quant_for(MatrixRole::AttnQkv, 64), QuantType::Q8_0);
+  p.scheme = WeightScheme::Native;
+  EXPECT_EQ(p.quant_for(MatrixRole::AttnQkv, 64), std::nullopt);
+}
+
+// llama.cpp (llama-quant.cpp): use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2; Q4_K_M gives
+// attn_v and ffn_down Q6_K in those layers and the output tensor Q6_K.
+TEST(WeightPlan, Q4KMFollowsLlamaCppsMix) {
+  const int n = 20;
+  int more = 0;
+  for (int layer = 0; layer < n; ++layer) {
+    const bool expect_more = layer < 2 || layer >= 17 || (layer - 2) % 3 == 2;
+    more += expect_more;
+    WeightPlan p{DType::BF16, WeightScheme::Q4_K_M, layer, n};
+    const QuantType big = expect_more ? QuantType::Q6_K : QuantType::Q4_K;
+    EXPECT_EQ(p.quant_for(MatrixRole::MlpDown, 1536), big) << layer;
+    EXPECT_EQ(p.quant_for(MatrixRole::AttnQkv, 512), big) << layer;
+    EXPECT_EQ(p.quant_for(MatrixRole::MlpGateUp, 512), QuantType::Q4_K) << layer;
+    EXPECT_EQ(p.quant_for(MatrixRole::AttnOut, 512), QuantType::Q4_K) << layer;
+  }
+  EXPECT_EQ(more, 10);  // 0, 1, 4, 7, 10, 13, 16, 17, 18, 19
+  WeightPlan head{DType::BF16, WeightScheme::Q4_K_M, -1, n};
+  EXPECT_EQ(head.quant_for(MatrixRole::LmHead, 512), QuantType::Q6_K);
+  EXPECT_EQ(head.quant_for(MatrixRole::AttnOut, 96), QuantType::Q8_0);  // not 256-wide: the fallback
+}
+
+}  // namespace
+}  // namespace ts
