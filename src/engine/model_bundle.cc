@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/gguf.h"
+#include "io/gguf_tokenizer.h"
 
 namespace ts {
 
@@ -20,7 +22,25 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
     b.drafter = Drafter::load(drafter_dir, b.target->config());
     b.calibration = spec::read_calibration_table(drafter_dir + "/" + spec::kCalibrationFileName);
   }
-  if (file_exists(model_dir + "/tokenizer.json")) {
+  if (model_dir.size() > 5 && model_dir.compare(model_dir.size() - 5, 5, ".gguf") == 0) {
+    // A GGUF target carries its tokenizer and chat template in its metadata (io/gguf_tokenizer.h).
+    const io::GgufFile gguf(model_dir);
+    if (gguf.has("tokenizer.ggml.tokens")) {
+      b.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json(io::tokenizer_json_from_gguf(gguf), model_dir));
+      if (gguf.has("tokenizer.chat_template")) {
+        try {
+          b.chat_template = std::make_unique<tok::ChatTemplate>(
+              tok::ChatTemplate::from_config_text(io::tokenizer_config_json_from_gguf(gguf).dump(), model_dir));
+        } catch (const Error& e) {
+          b.chat_template_error = e.what();
+        }
+      } else {
+        b.chat_template_error = "no tokenizer.chat_template in " + model_dir;
+      }
+    } else {
+      b.chat_template_error = "no tokenizer in " + model_dir + " (no tokenizer.ggml.tokens)";
+    }
+  } else if (file_exists(model_dir + "/tokenizer.json")) {
     b.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(model_dir + "/tokenizer.json"));
     // Any template loads; a folder without one (or with one outside the supported Jinja subset) still runs plain
     // text prompts, and only --chat reports the problem.

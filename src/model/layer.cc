@@ -62,28 +62,41 @@ LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, c
 
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
                         const WeightPlan& plan) {
+  return load_layer(checkpoint_source(ckpt), prefix, shape, plan);
+}
+
+LayerSource checkpoint_source(const io::Checkpoint& ckpt) {
+  LayerSource source;
+  source.vector = [&ckpt](const std::string& name, int64_t n) { return load_vector(ckpt, name, n); };
+  source.linear = [&ckpt](const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t in,
+                          const WeightPlan& p, MatrixRole role) { return load_linear(ckpt, names, rows, in, p, role); };
+  return source;
+}
+
+LayerWeights load_layer(const LayerSource& source, const std::string& prefix, const LayerShape& shape,
+                        const WeightPlan& plan) {
   LayerWeights w;
   const int64_t H = shape.hidden, Q = shape.q_dim(), KV = shape.kv_dim(), I = shape.intermediate;
-  w.input_norm = load_vector(ckpt, prefix + "input_layernorm.weight", H);
-  w.post_norm = load_vector(ckpt, prefix + "post_attention_layernorm.weight", H);
+  w.input_norm = source.vector(prefix + "input_layernorm.weight", H);
+  w.post_norm = source.vector(prefix + "post_attention_layernorm.weight", H);
   const std::string a = prefix + "self_attn.";
-  w.qkv = load_linear(ckpt, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {Q, KV, KV}, H, plan,
+  w.qkv = source.linear({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {Q, KV, KV}, H, plan,
                     MatrixRole::AttnQkv);
   if (shape.qkv_bias) {
     for (auto [name, n] : {std::pair{"q_proj.bias", Q}, {"k_proj.bias", KV}, {"v_proj.bias", KV}}) {
-      auto b = load_vector(ckpt, a + name, n);
+      auto b = source.vector(a + name, n);
       w.qkv_bias.insert(w.qkv_bias.end(), b.begin(), b.end());
     }
   }
   if (shape.qk_norm) {
-    w.q_norm = load_vector(ckpt, a + "q_norm.weight", shape.head_dim);
-    w.k_norm = load_vector(ckpt, a + "k_norm.weight", shape.head_dim);
+    w.q_norm = source.vector(a + "q_norm.weight", shape.head_dim);
+    w.k_norm = source.vector(a + "k_norm.weight", shape.head_dim);
   }
-  w.o = load_linear(ckpt, {a + "o_proj.weight"}, {H}, Q, plan, MatrixRole::AttnOut);
+  w.o = source.linear({a + "o_proj.weight"}, {H}, Q, plan, MatrixRole::AttnOut);
   const std::string m = prefix + "mlp.";
-  w.gate_up = load_linear(ckpt, {m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H, plan,
+  w.gate_up = source.linear({m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H, plan,
                         MatrixRole::MlpGateUp);
-  w.down = load_linear(ckpt, {m + "down_proj.weight"}, {H}, I, plan, MatrixRole::MlpDown);
+  w.down = source.linear({m + "down_proj.weight"}, {H}, I, plan, MatrixRole::MlpDown);
   return w;
 }
 

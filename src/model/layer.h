@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ struct LayerWeights {
 // Loads "<prefix>self_attn.q_proj.weight" etc. compute: BF16 or F32 (see kernels::Linear); or per the plan.
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape, DType compute);
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,
+                        const WeightPlan& plan);
+// Where a layer's tensors come from, by their Hugging Face names (a safetensors checkpoint, a GGUF file).
+struct LayerSource {
+  std::function<std::vector<float>(const std::string& name, int64_t n)> vector;  // [n] as f32
+  // Parts [rows_i, in] stacked along the output dimension, in the plan's (or the file's own) format.
+  std::function<kernels::Linear(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t in,
+                                const WeightPlan& plan, MatrixRole role)>
+      linear;
+};
+LayerSource checkpoint_source(const io::Checkpoint& ckpt);  // ckpt must outlive the source
+LayerWeights load_layer(const LayerSource& source, const std::string& prefix, const LayerShape& shape,
                         const WeightPlan& plan);
 
 // A float vector tensor of exactly `n` elements, as f32.

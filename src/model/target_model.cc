@@ -1,10 +1,13 @@
 #include "model/target_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "model/gguf_model.h"
+#include "model/gguf_weights.h"
 #include "kernels/ops.h"
 #include "model/rope.h"
 
@@ -13,35 +16,50 @@ namespace ts {
 std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<TargetModel> m(new TargetModel());
   m->dir_ = dir;
-  m->config_ = load_model_config(dir);
+  LayerSource source;
+  std::unique_ptr<GgufWeights> gguf_weights;
+  const bool gguf = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
+  if (gguf) {
+    m->gguf_ = std::make_unique<io::GgufFile>(dir);
+    m->config_ = model_config_from_gguf(*m->gguf_);
+    gguf_weights = std::make_unique<GgufWeights>(*m->gguf_, m->config_.head_dim);
+    source = gguf_weights->layer_source();
+    m->embed_table_ = gguf_weights->embedding(m->config_.vocab_size, m->config_.hidden_size, &m->embed_owned_);
+  } else {
+    m->config_ = load_model_config(dir);
+    m->ckpt_ = std::make_unique<io::Checkpoint>(dir);
+    source = checkpoint_source(*m->ckpt_);
+    m->embed_table_ = m->ckpt_->weight("model.embed_tokens.weight", {m->config_.vocab_size, m->config_.hidden_size});
+  }
   const ModelConfig& c = m->config_;
-  m->ckpt_ = std::make_unique<io::Checkpoint>(dir);
-  const io::Checkpoint& ckpt = *m->ckpt_;
 
   m->shape_ = LayerShape{c.hidden_size, c.num_heads,   c.num_kv_heads, c.head_dim, c.intermediate_size,
                          c.rms_norm_eps, c.qk_norm,      c.qkv_bias,     {},         1.0f};
   RopeTable rope = rope_table(c.rope, c.head_dim);
   m->shape_.rope_inv_freq = std::move(rope.inv_freq);
   m->shape_.rope_attention_scale = rope.attention_scale;
-  m->embed_table_ = &ckpt.weight("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
-  DType compute = m->embed_table_->dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
+  DType compute = m->embed_table_.dtype == DType::BF16 && !options.force_f32 ? DType::BF16 : DType::F32;
   m->kv_dtype_ = compute;
   m->weight_scheme_ = options.weights;
   WeightPlan plan{compute, options.weights, -1, c.num_layers};
 
   for (int l = 0; l < c.num_layers; ++l) {
     plan.layer = l;
-    m->layers_.push_back(load_layer(ckpt, cat("model.layers.", l, "."), m->shape_, plan));
+    m->layers_.push_back(load_layer(source, cat("model.layers.", l, "."), m->shape_, plan));
   }
   plan.layer = -1;
-  m->final_norm_ = load_vector(ckpt, "model.norm.weight", c.hidden_size);
+  m->final_norm_ = source.vector("model.norm.weight", c.hidden_size);
   if (c.tie_word_embeddings) {
-    m->lm_head_ = load_linear(ckpt, {"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, plan,
-                              MatrixRole::LmHead);
+    m->lm_head_ = source.linear({"model.embed_tokens.weight"}, {c.vocab_size}, c.hidden_size, plan, MatrixRole::LmHead);
   } else {
-    TS_CHECK(ckpt.has("lm_head.weight"), "missing tensor 'lm_head.weight' in ", dir,
+    TS_CHECK(gguf || m->ckpt_->has("lm_head.weight"), "missing tensor 'lm_head.weight' in ", dir,
              " (config.json says tie_word_embeddings=false)");
-    m->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {c.vocab_size}, c.hidden_size, plan, MatrixRole::LmHead);
+    m->lm_head_ = source.linear({"lm_head.weight"}, {c.vocab_size}, c.hidden_size, plan, MatrixRole::LmHead);
+  }
+  if (gguf_weights && !gguf_weights->requantized().empty()) {
+    std::fprintf(stderr, "treespark: %s: %zu fused products had parts in different formats and were re-quantized "
+                 "to the finest of them (first: %s)\n", dir.c_str(), gguf_weights->requantized().size(),
+                 gguf_weights->requantized()[0].c_str());
   }
   return m;
 }
@@ -75,7 +93,7 @@ std::string TargetModel::weight_format() const {
 }
 
 void TargetModel::embed(const int32_t* tokens, int n, float* x) const {
-  kernels::embed_rows(embed_table_->data, embed_table_->dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
+  kernels::embed_rows(embed_table_.data, embed_table_.dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
 }
 
 void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_visible, int pending_stride,

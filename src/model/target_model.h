@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 #include "model/config.h"
@@ -43,6 +44,7 @@ struct LoadOptions {
 
 class TargetModel {
  public:
+  // dir: a Hugging Face folder, or a GGUF file (a path ending in .gguf: model/gguf_model.h, gguf_weights.h).
   static std::unique_ptr<TargetModel> load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
@@ -69,7 +71,9 @@ class TargetModel {
   ModelConfig config_;
   LayerShape shape_;
   std::unique_ptr<io::Checkpoint> ckpt_;  // mapped; the embedding table is read from it in place
-  const io::TensorRef* embed_table_ = nullptr;  // [vocab, hidden]
+  std::unique_ptr<io::GgufFile> gguf_;     // or this (a .gguf target)
+  std::vector<uint16_t> embed_owned_;      // [vocab, hidden] bf16, for a quantized GGUF embedding table
+  io::TensorRef embed_table_;              // [vocab, hidden], in a mapping or in embed_owned_
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]

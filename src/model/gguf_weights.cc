@@ -1,0 +1,170 @@
+#include "model/gguf_weights.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/qgemm.h"
+#include "kernels/quant.h"
+#include "model/gguf_model.h"
+
+namespace ts {
+
+namespace {
+
+bool float_type(uint32_t id, DType* out) {
+  switch (id) {
+    case io::ggml_type::F32: *out = DType::F32; return true;
+    case io::ggml_type::F16: *out = DType::F16; return true;
+    case io::ggml_type::BF16: *out = DType::BF16; return true;
+  }
+  return false;
+}
+
+// Finer formats first: the one a mixed fused product is re-quantized to.
+int precision_rank(kernels::QuantType t) {
+  switch (t) {
+    case kernels::QuantType::Q8_0: return 4;
+    case kernels::QuantType::Q6_K: return 3;
+    case kernels::QuantType::Q4_K: return 2;
+    case kernels::QuantType::Q4_0: return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+GgufWeights::GgufWeights(const io::GgufFile& file, int head_dim)
+    : file_(file), arch_(file.get_string("general.architecture")), head_dim_(head_dim) {}
+
+bool GgufWeights::has(const std::string& hf_name) const {
+  const auto name = hf_tensor_to_gguf(hf_name);
+  return name && file_.has_tensor(*name);
+}
+
+const io::GgufTensor& GgufWeights::find(const std::string& hf_name, int64_t rows, int64_t cols) const {
+  const auto name = hf_tensor_to_gguf(hf_name);
+  TS_CHECK(name, file_.path(), ": no GGUF name for tensor '", hf_name, "'");
+  const io::GgufTensor& t = file_.tensor(*name);
+  TS_CHECK(t.rows() == rows && t.cols() == cols, file_.path(), ": tensor '", t.name, "' is ",
+           io::shape_to_string(t.row_major_shape()), " but the config needs [", rows, ", ", cols, "]");
+  DType d;
+  kernels::QuantType q;
+  TS_CHECK(float_type(t.ggml_type, &d) || kernels::quant_type_from_id(t.ggml_type, &q), file_.path(), ": tensor '",
+           t.name, "' has type ", io::ggml_type_name(t.ggml_type),
+           ": supported are F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K");
+  return t;
+}
+
+std::vector<uint8_t> GgufWeights::rows_in_hf_order(const io::GgufTensor& t, const std::string& hf_name) const {
+  std::vector<uint8_t> out(t.nbytes);
+  const auto mapping = gguf_tensor_to_hf(t.name, arch_);
+  if (mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) {
+    llama_rope_unpermute_rows(t.data, out.data(), t.rows(), t.row_bytes(), head_dim_);
+  } else {
+    std::memcpy(out.data(), t.data, t.nbytes);
+  }
+  return out;
+}
+
+std::vector<float> GgufWeights::rows_as_f32(const io::GgufTensor& t, const std::string& hf_name) const {
+  const std::vector<uint8_t> rows = rows_in_hf_order(t, hf_name);
+  std::vector<float> out(size_t(t.numel()));
+  DType d;
+  kernels::QuantType q;
+  if (float_type(t.ggml_type, &d)) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (d == DType::F32) {
+        std::memcpy(&out[i], rows.data() + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, rows.data() + 2 * i, 2);
+        out[i] = d == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+    }
+  } else {
+    kernels::quant_type_from_id(t.ggml_type, &q);
+    for (int64_t r = 0; r < t.rows(); ++r)
+      kernels::ref::dequantize_row(q, rows.data() + r * t.row_bytes(), out.data() + r * t.cols(), t.cols());
+  }
+  return out;
+}
+
+std::vector<float> GgufWeights::vector(const std::string& hf_name, int64_t n) const {
+  const auto name = hf_tensor_to_gguf(hf_name);
+  TS_CHECK(name, file_.path(), ": no GGUF name for tensor '", hf_name, "'");
+  const io::GgufTensor& t = file_.tensor(*name);
+  TS_CHECK(t.numel() == n, file_.path(), ": tensor '", t.name, "' has ", t.numel(), " values, the config needs ", n);
+  return rows_as_f32(find(hf_name, t.rows(), t.cols()), hf_name);
+}
+
+kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, const std::vector<int64_t>& rows,
+                                    int64_t in, const WeightPlan& plan, MatrixRole role) const {
+  std::vector<const io::GgufTensor*> parts;
+  int64_t total_rows = 0;
+  bool all_same_quant = true, any_quant = false;
+  kernels::QuantType widest = kernels::QuantType::Q4_0, first = kernels::QuantType::Q4_0;
+  for (size_t i = 0; i < hf_names.size(); ++i) {
+    parts.push_back(&find(hf_names[i], rows[i], in));
+    total_rows += rows[i];
+    kernels::QuantType q;
+    if (kernels::quant_type_from_id(parts.back()->ggml_type, &q)) {
+      if (!any_quant) first = widest = q;
+      all_same_quant = all_same_quant && q == first;
+      if (precision_rank(q) > precision_rank(widest)) widest = q;
+      any_quant = true;
+    } else {
+      all_same_quant = false;
+    }
+  }
+  if (any_quant && all_same_quant && kernels::cpu::qgemm_supports(first) && in % kernels::block_values(first) == 0) {
+    std::vector<uint8_t> blocks;  // [total_rows][row bytes], Hugging Face row order
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::vector<uint8_t> r = rows_in_hf_order(*parts[i], hf_names[i]);
+      blocks.insert(blocks.end(), r.begin(), r.end());
+    }
+    return kernels::Linear::from_blocks(blocks.data(), first, int(total_rows), int(in));
+  }
+  std::vector<float> stacked;  // [total_rows, in]
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::vector<float> f = rows_as_f32(*parts[i], hf_names[i]);
+    stacked.insert(stacked.end(), f.begin(), f.end());
+  }
+  if (any_quant) {
+    requantized_.push_back(hf_names[0]);
+    return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), widest);
+  }
+  if (const auto quant = plan.quant_for(role, int(in)))
+    return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), *quant);
+  return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), plan.compute);
+}
+
+io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const {
+  const io::GgufTensor& t = find("model.embed_tokens.weight", vocab, hidden);
+  io::TensorRef ref;
+  ref.name = t.name;
+  ref.shape = {vocab, hidden};
+  ref.file = file_.path();
+  if (float_type(t.ggml_type, &ref.dtype)) {
+    ref.data = t.data;
+    ref.nbytes = t.nbytes;
+    return ref;
+  }
+  const std::vector<float> f = rows_as_f32(t, "model.embed_tokens.weight");  // [vocab, hidden]
+  owned->resize(f.size());
+  for (size_t i = 0; i < f.size(); ++i) (*owned)[i] = f32_to_bf16(f[i]);
+  ref.dtype = DType::BF16;
+  ref.data = reinterpret_cast<const uint8_t*>(owned->data());
+  ref.nbytes = owned->size() * 2;
+  return ref;
+}
+
+LayerSource GgufWeights::layer_source() const {
+  LayerSource s;
+  s.vector = [this](const std::string& name, int64_t n) { return vector(name, n); };
+  s.linear = [this](const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t in,
+                    const WeightPlan& plan, MatrixRole role) { return linear(names, rows, in, plan, role); };
+  return s;
+}
+
+}  // namespace ts

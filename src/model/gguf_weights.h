@@ -1,0 +1,48 @@
+// A target's tensors read from a GGUF file by their Hugging Face names (model/gguf_model.h maps the names and
+// restores the rows llama.cpp's converter permuted), as a LayerSource for load_layer.
+//
+// Formats: F32, F16 and BF16 tensors are read as floats and take the load's WeightPlan (so --quantize applies);
+// Q8_0, Q4_0, Q4_K and Q6_K tensors run as stored on the integer GEMM. A fused product (q/k/v, gate/up) whose
+// parts are stored in different quantized formats (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q and k) is
+// dequantized and quantized again to the most precise of its parts' formats: lossy, and said in the load log.
+// Any other tensor type is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "model/layer.h"
+
+namespace ts {
+
+class GgufWeights {
+ public:
+  GgufWeights(const io::GgufFile& file, int head_dim);
+
+  LayerSource layer_source() const;
+  bool has(const std::string& hf_name) const;
+  std::vector<float> vector(const std::string& hf_name, int64_t n) const;  // [n] as f32
+  kernels::Linear linear(const std::vector<std::string>& hf_names, const std::vector<int64_t>& rows, int64_t in,
+                         const WeightPlan& plan, MatrixRole role) const;
+  // The embedding table [vocab, hidden]: a float table in place in the mapping; a quantized one dequantized and
+  // rounded to bf16 into `owned` (a table of a 150k vocabulary would be ~1 GB as f32).
+  io::TensorRef embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const;
+  // Fused products re-quantized because their parts' formats differed (see above).
+  const std::vector<std::string>& requantized() const { return requantized_; }
+
+ private:
+  const io::GgufTensor& find(const std::string& hf_name, int64_t rows, int64_t cols) const;
+  // The tensor's rows in Hugging Face order: [rows][row_bytes].
+  std::vector<uint8_t> rows_in_hf_order(const io::GgufTensor& t, const std::string& hf_name) const;
+  std::vector<float> rows_as_f32(const io::GgufTensor& t, const std::string& hf_name) const;  // [rows, cols]
+
+  const io::GgufFile& file_;
+  std::string arch_;
+  int head_dim_;
+  mutable std::vector<std::string> requantized_;
+};
+
+}  // namespace ts
