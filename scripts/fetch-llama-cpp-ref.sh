@@ -2,8 +2,8 @@
 # Fetch the llama.cpp source that tools/py/make_quant_fixtures.py takes its references from (ggml-quants.c and
 # gguf-py) into the ignored folder .cache/llama.cpp (or DEST, the first argument). npm's node-llama-cpp package
 # ships llama.cpp as a git bundle; this packs that package, unpacks the bundle and clones it. Idempotent: a
-# checkout already at the pinned commit is left alone. Only the offline fixture generator needs it; the build
-# and the tests do not.
+# checkout already at the pinned commit is left alone. The offline fixture generators read it, and the GGUF
+# tokenizer tests write their real-vocabulary files with its gguf-py (they skip without it); the build does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.cache/llama.cpp}
