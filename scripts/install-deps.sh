@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ca-certificates libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
       libcpp-httplib-dev
       libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev
-      git python3-numpy)  # the GGUF tokenizer tests write their files with llama.cpp's gguf-py (numpy)
+      git python3-numpy python3-yaml)  # the GGUF tokenizer tests write their files with llama.cpp's gguf-py
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
