@@ -3,7 +3,7 @@
 # are present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ca-certificates libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
-      libcpp-httplib-dev
+      libcpp-httplib-dev libboost-dev
       libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev
       git python3-numpy python3-yaml)  # the GGUF tokenizer tests write their files with llama.cpp's gguf-py
 missing=()

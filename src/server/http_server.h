@@ -1,31 +1,29 @@
-// The OpenAI-compatible HTTP front end (cpp-httplib) over a Backend:
-//   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming), GET /v1/models, GET /health,
-//   GET /metrics (Prometheus text, vLLM names).
-// Bounded everywhere: a fixed pool of HTTP workers (max_batch + max_queue + spare), a bounded queue of accepted
-// connections waiting for a worker (past it a connection gets 503 at once), a bounded body (413), and at most
-// max_batch + max_queue completion requests in flight (past that 429 with Retry-After). A streaming client that
-// disconnects is noticed within one heartbeat (an SSE comment every heartbeat_ms; httplib sees a disconnect only
-// when a write fails) and its backend request is cancelled. Lifecycle: loading (/health 503) -> ready ->
-// draining (new requests 503, running ones finish) -> stopped.
+// The OpenAI-compatible HTTP front end over a Backend:
+//   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming), GET /v1/models, GET /v1/models/{id},
+//   GET /health, GET /metrics (Prometheus text, vLLM names).
+// The transport (http_transport.h) holds connections on one event-driven I/O thread with every client-controlled
+// size and time bounded; health, metrics, models and every error are answered there, so they stay fast while
+// generation is saturated; completions run on a fixed pool of workers (max_batch + max_queue + spare), and at
+// most max_batch + max_queue are in flight (past that 429 with Retry-After). A client that goes away is noticed
+// within one heartbeat (streaming: an SSE comment every heartbeat_ms; otherwise its socket is checked as often)
+// and its backend request is cancelled. Lifecycle: loading (/health 503) -> ready -> draining (new requests 503,
+// idle connections closed, running ones finish or are cancelled at the drain deadline) -> stopped.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
-#include <thread>
 
 #include "server/backend.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace ts::server {
+
+class Completion;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -33,13 +31,11 @@ struct ServerOptions {
   std::string api_key;               // "" = no authentication
   int max_batch = 8;                 // requests the backend runs at once (sizes the worker pool)
   int max_queue = 64;                // requests allowed to wait beyond max_batch
-  int spare_workers = 8;             // HTTP workers beyond max_batch + max_queue (health, metrics, rejections)
-  size_t max_body_bytes = 4 << 20;   // larger bodies get 413
-  int heartbeat_ms = 250;            // SSE comment interval while no token arrives
+  int spare_workers = 8;             // workers beyond max_batch + max_queue (requests refused with 429 use them)
+  int heartbeat_ms = 250;            // SSE comment interval while no token arrives; socket check interval
   int retry_after_s = 1;             // Retry-After on 429 / 503
-  int read_timeout_s = 10;           // a client that sends nothing for this long is dropped
-  int keep_alive_timeout_s = 5;
   bool access_log = false;           // one line per response on stderr
+  HttpLimits limits;                 // connections, header, body, timeouts (workers is set from the above)
 };
 
 class HttpServer {
@@ -50,28 +46,32 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int bind();    // binds host:port; returns the port (throws ts::Error if it cannot bind)
-  void start();  // serves on a background thread (after bind)
+  void start();  // serves on background threads (after bind)
   // The model is loaded: completions are served from now on, /health answers 200. `backend` must outlive stop().
   void set_ready(Backend& backend, ServedModel model);
-  void begin_drain();                 // new completion requests 503, /health 503
+  void begin_drain();                 // new completion requests 503, /health 503, idle connections closed
   bool wait_idle(double timeout_s);   // true once no completion request is in flight
-  void stop();                        // stops listening and joins the workers (idempotent)
+  void cancel_running();              // cancels every backend request in flight (their responses then end)
+  void stop();                        // closes every connection and joins the threads (idempotent)
 
   int port() const { return port_; }
   int in_flight() const { return in_flight_.load(); }
+  int open_connections() const { return transport_.open_connections(); }
   std::string state_name() const;
 
  private:
   enum class State { Loading, Ready, Draining };
-  void install_routes();
-  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  void stream_completion(httplib::Response& res, std::shared_ptr<class Completion> completion);
-  void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
-                  const std::string& code, const std::string& param = "");
+  Route route(const HttpRequest& req);
+  HttpResponse error(int status, const std::string& message, const std::string& type, const std::string& code,
+                     const std::string& param = "") const;
+  HttpResponse health() const;
+  HttpResponse metrics_page();
+  void handle_completion(const HttpRequest& req, ResponseWriter& out, bool chat);
+  void stream_completion(ResponseWriter& out, Completion& completion);
+  void answer_completion(ResponseWriter& out, Completion& completion);
 
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread listener_;
+  HttpTransport transport_;
   int port_ = -1;
   std::atomic<State> state_{State::Loading};
   std::mutex ready_mutex_;
@@ -79,6 +79,8 @@ class HttpServer {
   ServedModel model_;
   ServerMetrics metrics_;
   std::atomic<int> in_flight_{0};
+  std::mutex running_mutex_;
+  std::set<uint64_t> running_ids_;  // backend ids of requests in flight, guarded by running_mutex_
   bool stopped_ = false;
 };
 

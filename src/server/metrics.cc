@@ -98,7 +98,7 @@ void ServerMetrics::rejected(int status) {
 }
 
 std::string ServerMetrics::render(const std::string& model_name, const BackendMetrics* b, const std::string& state,
-                                  int in_flight) const {
+                                  int in_flight, int open_connections) const {
   const std::string L = "model_name=\"" + label_escape(model_name) + "\"";
   const BackendMetrics none;
   const BackendMetrics& m = b ? *b : none;
@@ -142,6 +142,8 @@ std::string ServerMetrics::render(const std::string& model_name, const BackendMe
 
   header(out, "treespark:http_requests_in_flight", "gauge", "Completion requests the HTTP layer holds.");
   sample(out, "treespark:http_requests_in_flight", L, in_flight);
+  header(out, "treespark:http_open_connections", "gauge", "Client connections open, idle ones included.");
+  sample(out, "treespark:http_open_connections", L, open_connections);
   header(out, "treespark:server_state", "gauge", "1 for the server's current state (loading, ready, draining).");
   for (const char* s : {"loading", "ready", "draining"})
     sample(out, "treespark:server_state", L + ",state=\"" + s + "\"", state == s ? 1.0 : 0.0);

@@ -46,7 +46,7 @@ class ServerMetrics {
 
   // The whole /metrics page: server-side counters plus the backend snapshot. `state` is loading|ready|draining.
   std::string render(const std::string& model_name, const BackendMetrics* backend, const std::string& state,
-                     int in_flight) const;
+                     int in_flight, int open_connections = 0) const;
 
  private:
   mutable std::mutex mutex_;

@@ -2,7 +2,8 @@
 # treespark serve end to end on the shipped pair: /health goes 503 -> 200, greedy output through the server equals
 # `treespark generate` greedy output token for token (tree mode vs the target alone), a streaming request runs, SIGTERM
 # arrives mid-stream: new requests get 503 with Retry-After, the running stream still finishes with [DONE], and the
-# process exits 0.
+# process exits 0. Then a second server with --drain-timeout 0.5, a client dripping a header and a long stream: on
+# SIGTERM the stream is cancelled at the deadline and the process exits within the drain timeout + 1 s.
 # Usage: drain_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -71,9 +72,11 @@ for _ in range(40):
             assert err["code"] == "draining", err
             assert r2.getheader("Retry-After") == "1"
             break
-    except (ConnectionRefusedError, ConnectionResetError):
+    except ConnectionRefusedError:
         statuses.append("refused")
         break
+    except ConnectionResetError:  # connected as the drain began: idle connections are closed then
+        statuses.append("reset")
     time.sleep(0.01)
 rest = first + r.read()
 t_done = time.time()
@@ -91,4 +94,61 @@ wait "$pid" || rc=$?
 pid=
 cat "$work/serve.log" >&2
 [ "$rc" -eq 0 ] || { echo "serve exited $rc after SIGTERM" >&2; exit 1; }
+
+"$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
+  --mode none --threads 1 --max-batch 2 --max-context 1024 --drain-timeout 0.5 2> "$work/serve2.log" &
+pid=$!
+"$py" - "$port" "$pid" <<'PY'
+import http.client, json, os, signal, socket, sys, threading, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+deadline = time.time() + 120
+while True:
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", "/health")
+        if c.getresponse().status == 200: break
+    except (ConnectionRefusedError, ConnectionResetError):
+        pass
+    assert time.time() < deadline, "second server never became healthy"
+    time.sleep(0.05)
+slow = socket.create_connection(("127.0.0.1", port))
+slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+stop_drip = threading.Event()
+def drip():
+    while not stop_drip.is_set():
+        try: slow.sendall(b"X-Drip: 1\r\n")
+        except OSError: return
+        time.sleep(0.3)
+threading.Thread(target=drip, daemon=True).start()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c.request("POST", "/v1/completions", body=json.dumps({"prompt": "def main():\n", "max_tokens": 1000,
+          "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}),
+          headers={"Content-Type": "application/json"})
+r = c.getresponse()
+first = r.readline()
+os.kill(pid, signal.SIGTERM)
+t_term = time.time()
+rest = (first + r.read()).decode()
+events = [l[6:] for l in rest.split("\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events[-3:]
+fin = [json.loads(e) for e in events[:-1] if json.loads(e)["choices"]][-1]["choices"][0]["finish_reason"]
+def running():  # the process is not our child: it stays a zombie until the shell waits for it
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+while running():
+    assert time.time() - t_term < 1.5, "serve still running %.1f s after SIGTERM (drain timeout 0.5 s)" % (time.time() - t_term)
+    time.sleep(0.02)
+print("drain timeout: stream ended (%s) and serve exited %.2f s after SIGTERM with a header-dripping client attached"
+      % (fin, time.time() - t_term))
+assert fin == "cancelled", fin
+stop_drip.set()
+PY
+rc=0
+wait "$pid" || rc=$?
+pid=
+cat "$work/serve2.log" >&2
+[ "$rc" -eq 0 ] || { echo "serve exited $rc after SIGTERM with --drain-timeout" >&2; exit 1; }
 echo "drain test: ok"

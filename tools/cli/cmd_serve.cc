@@ -1,8 +1,9 @@
 // treespark serve: the OpenAI-compatible server (src/server) over the batched step engine.
 // Start-up: listen first (/health answers 503 while loading), load the pair, measure or read the cost curve for
-// the load-adaptive policy, then serve. SIGTERM / SIGINT drain: new requests get 503, running ones finish, then
-// the process exits 0.
+// the load-adaptive policy, then serve. SIGTERM / SIGINT drain: new requests get 503, idle connections close,
+// running ones finish (or are cancelled after --drain-timeout), then the process exits 0.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -85,7 +86,17 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--prefill-chunk", engine.prefill_chunk, "prompt tokens prefilled per step")->check(CLI::PositiveNumber);
   app.add_option("--kv-budget-mb", kv_budget_mb, "KV memory all requests share (0: max-batch x max-context)");
   app.add_option("--served-model-name", name, "the model id clients use (default: the target folder's name)");
-  app.add_option("--max-body-bytes", http.max_body_bytes, "larger request bodies get 413");
+  app.add_option("--max-body-bytes", http.limits.max_body_bytes, "larger request bodies (chunked too) get 413");
+  app.add_option("--max-connections", http.limits.max_connections,
+                 "open connections; past it a new one gets 503 and is closed")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--header-timeout", http.limits.header_timeout_s,
+                 "seconds a client has for a whole request header, idle keep-alive time included")
+      ->check(CLI::PositiveNumber);
+  double drain_timeout_s = 30;
+  app.add_option("--drain-timeout", drain_timeout_s,
+                 "on SIGTERM: seconds running requests get to finish before they are cancelled")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
   std::string kv_dtype = "auto";
   add_kv_dtype_option(app, &kv_dtype);
@@ -149,6 +160,18 @@ int cmd_serve(int argc, char** argv) {
     }
   } join_waiter{signal_waiter};
 
+  // Every connection is a descriptor: raise the soft limit toward the hard one so --max-connections can be met.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    const rlim_t want = rlim_t(http.limits.max_connections) + 256;
+    if (files.rlim_cur < want) {
+      files.rlim_cur = files.rlim_max == RLIM_INFINITY ? want : std::min(want, files.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+    if (files.rlim_cur < rlim_t(http.limits.max_connections) + 64)
+      std::fprintf(stderr, "treespark serve: only %llu open files allowed; --max-connections %d will not be reached\n",
+                   (unsigned long long)files.rlim_cur, http.limits.max_connections);
+  }
   server::HttpServer server(http);
   const int port = server.bind();
   server.start();
@@ -195,8 +218,13 @@ int cmd_serve(int argc, char** argv) {
     cv.wait(lock, [&] { return stop_requested; });
   }
   std::fprintf(stderr, "treespark serve: draining (%d requests in flight)\n", server.in_flight());
-  server.begin_drain();
-  server.wait_idle(1e9);  // running requests finish; their streams end with [DONE]
+  server.begin_drain();  // idle and slow connections close now
+  if (!server.wait_idle(drain_timeout_s)) {  // running requests finish; their streams end with [DONE]
+    std::fprintf(stderr, "treespark serve: drain timeout (%.0f s): cancelling %d requests\n", drain_timeout_s,
+                 server.in_flight());
+    server.cancel_running();
+    server.wait_idle(1);
+  }
   backend->drain();
   server.stop();
   backend.reset();
