@@ -3,3 +3,8 @@ add_test(NAME server.drain
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/drain_test.sh $<TARGET_FILE:treespark>
                  ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(server.drain PROPERTIES LABELS "server;cli" TIMEOUT 300)
+# The OpenAI request parser's fuzzer (libFuzzer, clang++-14; built and run by the io fuzz script, ~20 s).
+add_test(NAME server.fuzz_request
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/io/fuzz/run_fuzz.sh ${CMAKE_CURRENT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR} 20 request)
+set_tests_properties(server.fuzz_request PROPERTIES LABELS "server;fuzz" TIMEOUT 900)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds an io fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++-14) straight from the
-# io and core sources, then runs it for a bounded time from a small seed corpus. TARGET is safetensors (the header
-# parser; generated seeds) or gguf (the GGUF reader; seeds are the gguf-py fixtures in tests/data/gguf plus a few
-# near misses). Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer
+# Builds a fuzzer (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer, clang++-14) straight from the
+# sources it tests, then runs it for a bounded time from a small seed corpus. TARGET is safetensors (the header
+# parser; generated seeds), gguf (the GGUF reader; seeds are the gguf-py fixtures in tests/data/gguf plus a few
+# near misses) or request (the server's OpenAI request parser and prompt preparation, tests/server/fuzz; seeds
+# are request bodies). Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer
 # finds anything.
 #
 # usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS] [TARGET]
@@ -12,7 +13,7 @@ export LC_ALL=C
 src=$(cd "$1" && pwd)
 seconds="${3:-20}"
 target="${4:-safetensors}"
-case "$target" in safetensors|gguf) ;; *) echo "run_fuzz.sh: unknown target '$target'" >&2; exit 2 ;; esac
+case "$target" in safetensors|gguf|request) ;; *) echo "run_fuzz.sh: unknown target '$target'" >&2; exit 2 ;; esac
 work="$2/fuzz_$target"
 cxx="${TS_FUZZ_CXX:-clang++-14}"
 
@@ -25,9 +26,19 @@ runtime="$("$cxx" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a"
 mkdir -p "$work/corpus" "$work/seeds"
 bin="$work/fuzz_$target"
 # The core files io needs (not src/core/*.cc: other core files may need OpenMP or other flags).
-sources=("$src"/src/io/*.cc "$src/src/core/error.cc" "$src/src/core/dtype.cc" "$src/src/core/mapped_file.cc"
-         "$src/tests/io/fuzz/fuzz_$target.cc")
-headers=("$src"/src/io/*.h "$src"/src/core/*.h)
+core=("$src/src/core/error.cc" "$src/src/core/dtype.cc" "$src/src/core/mapped_file.cc")
+libs=()
+if [ "$target" = request ]; then
+  sources=("$src/src/server/openai_request.cc" "$src"/src/tokenizer/*.cc "${core[@]}"
+           "$src/tests/server/fuzz/fuzz_request.cc")
+  headers=("$src"/src/server/*.h "$src"/src/tokenizer/*.h "$src"/src/core/*.h)
+  libs=(-lpcre2-8 -licuuc -DTS_SOURCE_DIR="\"$src\"")
+  dict="$src/tests/server/fuzz/request.dict"
+else
+  sources=("$src"/src/io/*.cc "${core[@]}" "$src/tests/io/fuzz/fuzz_$target.cc")
+  headers=("$src"/src/io/*.h "$src"/src/core/*.h)
+  dict="$src/tests/io/fuzz/$target.dict"
+fi
 
 stale=0
 [ -x "$bin" ] || stale=1
@@ -35,7 +46,7 @@ for f in "${sources[@]}" "${headers[@]}" "$0"; do [ "$f" -nt "$bin" ] && stale=1
 if [ "$stale" = 1 ]; then
   echo "building $bin"
   nice -n 10 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=all -I "$src/src" -I "$src/include" "${sources[@]}" -o "$bin.tmp" \
+    -fno-sanitize-recover=all -I "$src/src" -I "$src/include" "${sources[@]}" "${libs[@]}" -o "$bin.tmp" \
     || fail "building the fuzzer failed (is libclang-rt-14-dev installed?)"
   mv "$bin.tmp" "$bin"
 fi
@@ -57,6 +68,13 @@ seed empty_tensor '{"e":{"dtype":"U8","shape":[0,3],"data_offsets":[0,0]},"s":{"
 seed overlap '{"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}}' 8
 seed duplicate '{"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"I8","shape":[1],"data_offsets":[1,2]}}' 2
 seed empty_header '{}' 0
+elif [ "$target" = request ]; then
+  # request seeds: the first byte picks the endpoint (odd: chat), the rest is the body.
+  printf '0{"prompt": "Hello", "max_tokens": 4, "temperature": 0.5, "stop": ["\\n"], "seed": 3}' > "$work/seeds/completion"
+  printf '0{"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}}' > "$work/seeds/ids"
+  printf '1{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_completion_tokens": 8, "chat_template_kwargs": {"enable_thinking": false}}' > "$work/seeds/chat"
+  printf '1{"messages": [{"role": "assistant", "content": null, "tool_calls": []}, {"role": "tool", "content": "x"}]}' > "$work/seeds/roles"
+  printf '0{"prompt": [[[[[[[[[[[[[[[["a"]]]]]]]]]]]]]]]]}' > "$work/seeds/nested"
 else
   # gguf seeds: the gguf-py fixtures (every value type, nested arrays, six tensor types, alignment 64) and an
   # empty v3 file ("GGUF", u32 version, u64 tensor count 0, u64 key count 0).
@@ -67,7 +85,7 @@ fi
 echo "fuzzing for ${seconds}s"
 status=0
 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
-  -dict="$src/tests/io/fuzz/$target.dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
+  -dict="$dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
 if [ "$status" != 0 ]; then
   fail "the fuzzer found a problem (exit $status); the input is saved under $work/ (crash-*, leak-*, timeout-*)"
 fi
