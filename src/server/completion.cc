@@ -43,7 +43,7 @@ Completion::Completion(const CompletionRequest& request, const ServedModel& mode
     : request_(request),
       model_name_(model.name),
       metrics_(metrics),
-      text_(*model.tokenizer, model.stop_ids, request.stop),
+      text_(*model.tokenizer, model.stop_ids, request.stop, request.skip_special_tokens),
       response_id_(new_response_id(request.chat)),
       created_((long long)std::time(nullptr)),
       prompt_tokens_(prompt_tokens),
@@ -185,6 +185,7 @@ json Completion::final_chunk() const {
   // (llama.cpp puts usage and timings on the last chunk).
   j["usage"] = request_.include_usage ? json(nullptr) : usage();
   j["timings"] = timings();
+  j["seed"] = request_.sampling.seed;
   return j;
 }
 
@@ -211,6 +212,7 @@ json Completion::response() const {
   j["choices"] = json::array({choice});
   j["usage"] = usage();
   j["timings"] = timings();
+  j["seed"] = request_.sampling.seed;  // the seed this sample used (drawn afresh when the request had none)
   return j;
 }
 

@@ -166,6 +166,9 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     if (state == State::Draining)
       return void(out.send(error(503, "the server is shutting down", "unavailable_error", "draining")));
     CompletionRequest request = parse_completion_request(req.body, chat);
+    // Without a seed every request samples afresh, as OpenAI's and vLLM's do (a fixed default made every unseeded
+    // T > 0 request return the same text: regenerate, best-of-n and pass@k broke). The seed used is returned.
+    if (!request.seed_given) request.sampling.seed = fresh_seed();
     PreparedPrompt prompt = prepare_prompt(request, model_);
 
     InFlight in_flight(in_flight_);
@@ -176,9 +179,6 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     BackendRequest br;
     br.prompt = std::move(prompt.ids);
     br.sampling = request.sampling;
-    // Without a seed every request samples afresh, as OpenAI's and vLLM's do (a fixed default made every unseeded
-    // T > 0 request return the same text: regenerate, best-of-n and pass@k broke).
-    if (!request.seed_given) br.sampling.seed = fresh_seed();
     br.max_tokens = prompt.max_tokens;
     br.stop_ids = model_.stop_ids;
     const int prompt_tokens = int(br.prompt.size());

@@ -298,6 +298,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     if (const json* u = field(*v, "include_usage")) r.include_usage = boolean(*u, "stream_options.include_usage");
   }
   if (const json* v = field(body, "return_token_ids")) r.return_token_ids = boolean(*v, "return_token_ids");
+  if (const json* v = field(body, "skip_special_tokens")) r.skip_special_tokens = boolean(*v, "skip_special_tokens");
   return r;
 }
 

@@ -37,6 +37,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage
   bool return_token_ids = false;           // treespark extension: the generated ids in each choice
+  bool skip_special_tokens = true;         // vLLM's extension: special added tokens (<|im_start|>) are not shown
 };
 
 // Bodies nesting arrays and objects deeper than this are refused before they are parsed (400 invalid_json).

@@ -4,8 +4,9 @@
 
 namespace ts::server {
 
-TextStream::TextStream(const tok::Tokenizer& tokenizer, std::vector<int32_t> hidden_ids, std::vector<std::string> stop)
-    : decoder_(tokenizer), hidden_ids_(std::move(hidden_ids)), stop_(std::move(stop)) {}
+TextStream::TextStream(const tok::Tokenizer& tokenizer, std::vector<int32_t> hidden_ids, std::vector<std::string> stop,
+                       bool skip_special)
+    : decoder_(tokenizer, skip_special), hidden_ids_(std::move(hidden_ids)), stop_(std::move(stop)) {}
 
 std::string TextStream::release() {
   size_t cut = std::string::npos;

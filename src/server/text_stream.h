@@ -15,7 +15,9 @@ namespace ts::server {
 
 class TextStream {
  public:
-  TextStream(const tok::Tokenizer& tokenizer, std::vector<int32_t> hidden_ids, std::vector<std::string> stop);
+  // skip_special: special added tokens give no text (as decode(skip_special=true)); hidden_ids never do.
+  TextStream(const tok::Tokenizer& tokenizer, std::vector<int32_t> hidden_ids, std::vector<std::string> stop,
+             bool skip_special = false);
 
   // The text that is now safe to send (maybe ""). After a stop string completes, stopped() is true and further
   // pushes return "".

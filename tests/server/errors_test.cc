@@ -192,16 +192,20 @@ TEST_F(ServerTest, DeeplyNestedPromptIsA400NotACrash) {
 // is passed through.
 TEST_F(ServerTest, UnseededRequestsGetFreshSeedsAndSeededOnesKeepTheirs) {
   start();
+  std::vector<uint64_t> returned;  // the seed each response says it used
   for (int i = 0; i < 3; ++i) {
     auto r = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}, {"temperature", 1}});
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200);
+    returned.push_back(json::parse(r->body)["seed"].get<uint64_t>());
   }
   auto seeded = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 2}, {"temperature", 1}, {"seed", 7}});
   ASSERT_TRUE(seeded);
   ASSERT_EQ(seeded->status, 200);
+  EXPECT_EQ(json::parse(seeded->body)["seed"], 7);
   const std::vector<BackendRequest> got = backend_->submitted();
   ASSERT_EQ(got.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[size_t(i)].sampling.seed, returned[size_t(i)]);  // replayable
   EXPECT_NE(got[0].sampling.seed, got[1].sampling.seed);
   EXPECT_NE(got[1].sampling.seed, got[2].sampling.seed);
   EXPECT_NE(got[0].sampling.seed, got[2].sampling.seed);

@@ -77,6 +77,22 @@ TEST(TextStream, HiddenIdsProduceNoText) {
   EXPECT_EQ(out, "ok");
 }
 
+// Special added tokens (<|im_start|>) give no text unless the request asks for them (skip_special_tokens false).
+TEST(TextStream, SpecialTokensAreSkippedUnlessAskedFor) {
+  const SharedTokenizer& st = SharedTokenizer::get();
+  const int32_t im_start = st.tokenizer.token_id("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  ASSERT_TRUE(st.tokenizer.is_special(im_start));
+  for (bool skip : {true, false}) {
+    TextStream s(st.tokenizer, {}, {}, skip);
+    std::string out;
+    out += s.push(im_start);
+    for (int32_t id : st.tokenizer.encode("ok")) out += s.push(id);
+    out += s.finish();
+    EXPECT_EQ(out, skip ? "ok" : "<|im_start|>ok");
+  }
+}
+
 TEST(TextStream, MultibyteCharacterSplitAcrossTokensIsNotEmittedHalfway) {
   const tok::Tokenizer& t = SharedTokenizer::get().tokenizer;
   // Byte-level BPE may split a rare character into byte tokens; every piece must be valid UTF-8 on its own.
