@@ -234,9 +234,11 @@ std::vector<double> parse_list(const std::string& s) {
 int bench_serve(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "simulate") == 0) return bench_serve_simulate(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "starts") == 0) return bench_serve_starts(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "flood") == 0) return bench_serve_flood(argc - 1, argv + 1);
   CLI::App app{"Poisson load against a live server on loopback, arms none / chain / tree / adaptive. "
                "`bench serve simulate --help`: the same from a cost curve and acceptance traces; `bench serve starts "
-               "--help`: fresh servers one after another, plain against TreeSpark."};
+               "--help`: fresh servers one after another, plain against TreeSpark; `bench serve flood --help`: latency under a "
+               "connection flood."};
   std::string model_dir, drafter_dir, prompts_path, rates_s = "1,2,4,8", arms_s = "none,chain,tree,adaptive";
   std::string json_out = "bench_serve.json", svg_out = "bench_serve.svg", traces_out = "bench_serve_traces.json";
   std::string cost_path, cost_out;

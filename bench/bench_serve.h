@@ -42,6 +42,9 @@ struct RoundTrace {
 int bench_serve_simulate(int argc, char** argv);
 // `treespark bench serve starts`: fresh servers one after another, plain against TreeSpark (bench_serve_starts.cc).
 int bench_serve_starts(int argc, char** argv);
+// `treespark bench serve flood`: /health and request latency under a flood of slow and idle connections
+// (bench_serve_flood.cc).
+int bench_serve_flood(int argc, char** argv);
 
 // What one streamed request saw (bench_serve.cc).
 struct Sample {
