@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,8 @@ double number(const json& v, const std::string& param) {
 
 // An integer given as a JSON integer (or a float with an integral value, as some clients send 16.0).
 long long integer(const json& v, const std::string& param) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(LLONG_MAX))
+    throw out_of_range(param, "is " + v.dump() + ", too large");
   if (v.is_number_integer()) return v.get<long long>();
   if (v.is_number_float()) {
     const double x = v.get<double>();
@@ -127,7 +130,10 @@ void parse_prompt(const json& body, CompletionRequest& r) {
   for (const json& v : p) {
     if (v.is_string() || v.is_array()) throw unsupported("prompt", "holds several prompts; send one per request");
     if (!v.is_number_integer()) throw wrong_type("prompt", "a string or an array of token ids", v);
-    r.prompt_ids.push_back(int32_t(std::max<long long>(-1, std::min<long long>(v.get<long long>(), INT32_MAX))));
+    // Checked here, where the number is still what the client sent (a clamped copy would be misquoted).
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX) : v.get<long long>() < 0)
+      throw out_of_range("prompt", "holds token id " + v.dump() + ", outside the vocabulary");
+    r.prompt_ids.push_back(int32_t(v.get<long long>()));
   }
 }
 
@@ -168,7 +174,7 @@ void parse_sampling(const json& body, CompletionRequest& r) {
     if (k == -1) {
       s.top_k = 0;  // vLLM's "off"
     } else {
-      if (k < 0 || k > (1 << 30)) throw out_of_range("top_k", "must be >= 0 (0 or -1: off)");
+      if (k < 0 || k > (1 << 30)) throw out_of_range("top_k", "is " + v->dump() + "; it must be in [1, 2^30] (0 or -1: off)");
       s.top_k = int(k);
     }
   }
@@ -177,9 +183,13 @@ void parse_sampling(const json& body, CompletionRequest& r) {
     if (!(s.min_p >= 0 && s.min_p <= 1)) throw out_of_range("min_p", "must be in [0, 1]");
   }
   if (const json* v = field(body, "seed")) {
-    const long long seed = integer(*v, "seed");
-    if (seed < 0) throw out_of_range("seed", "must be >= 0");
-    s.seed = uint64_t(seed);
+    if (v->is_number_unsigned()) {  // any 64-bit seed
+      s.seed = v->get<uint64_t>();
+    } else {
+      const long long seed = integer(*v, "seed");
+      if (seed < 0) throw out_of_range("seed", "is " + v->dump() + "; it must be >= 0");
+      s.seed = uint64_t(seed);
+    }
     r.seed_given = true;
   }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {

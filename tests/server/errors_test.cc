@@ -168,6 +168,30 @@ TEST_F(ServerTest, BadRequestTable) {
   EXPECT_EQ(also->status, 200) << also->body;
 }
 
+// An out-of-range number is quoted as the client sent it, not as a clamped or wrapped copy; a 64-bit seed is fine.
+TEST_F(ServerTest, ErrorsQuoteNumbersAsSent) {
+  start();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"prompt\": [5, 4294967301]}", "4294967301"},
+      {"{\"prompt\": [5, -3]}", "-3"},
+      {"{\"prompt\": \"a\", \"top_k\": 9999999999}", "9999999999"},
+      {"{\"prompt\": \"a\", \"max_tokens\": 18446744073709551615}", "18446744073709551615"},
+      {"{\"prompt\": \"a\", \"seed\": -5}", "-5"},
+  };
+  for (const auto& [body, number] : cases) {
+    SCOPED_TRACE(body);
+    auto r = post("/v1/completions", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    const std::string message = json::parse(r->body)["error"]["message"];
+    EXPECT_NE(message.find(number), std::string::npos) << message;
+  }
+  auto r = post("/v1/completions", std::string("{\"prompt\": \"a\", \"max_tokens\": 2, \"seed\": 18446744073709551615}"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["seed"].template get<uint64_t>(), 18446744073709551615ull);
+}
+
 // A prompt nested 1,000,000 arrays deep (a 2 MB body, under the body cap) once overflowed a worker's stack through
 // a recursive copy of the value and killed the process (issue 28 saw it at 70,000 levels): it is a 400 like any
 // other wrong prompt.
