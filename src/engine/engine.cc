@@ -7,6 +7,7 @@
 
 #include "core/timer.h"
 #include "engine/engine_live.h"
+#include "sampling/logprobs.h"
 
 namespace ts {
 
@@ -91,6 +92,15 @@ void Engine::validate(const Request& r) const {
   const int V = target_.config().vocab_size;
   for (int32_t id : r.prompt)
     if (id < 0 || id >= V) bad(cat("prompt token id ", id, " outside the vocabulary [0, ", V, ")"));
+  for (const auto& [id, bias] : o.logit_bias) {
+    if (id < 0 || id >= V) bad(cat("logit_bias: token id ", id, " outside the vocabulary [0, ", V, ")"));
+    if (!(bias >= -100 && bias <= 100))
+      bad(cat("logit_bias: bias of token ", id, " must be in [-100, 100], got ", bias));
+  }
+  if (o.min_tokens < 0 || o.min_tokens > o.max_new_tokens)
+    bad(cat("min_tokens must be in [0, max_new_tokens = ", o.max_new_tokens, "], got ", o.min_tokens));
+  if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
+    bad(cat("logprobs must be -1 (off) or in [0, ", kMaxTopLogprobs, "], got ", o.logprobs));
   const int max_ctx = std::min(o.max_context, max_context_);
   if (int(r.prompt.size()) >= max_ctx)
     throw RequestRejected(RejectReason::OverContext, cat("prompt of ", r.prompt.size(),
@@ -178,11 +188,13 @@ void Engine::admit(Live& live) {
   live.stats.queue_ms = now_ms() - live.t_add_ms;
 }
 
-void Engine::emit(Live& live, int32_t token) {
+void Engine::emit(Live& live, int32_t token, const float* logits) {
   if (live.done()) return;
+  const RequestOptions& o = live.request.options;
+  if (o.logprobs >= 0)
+    live.step_logprobs.push_back(token_logprobs(logits, target_.config().vocab_size, token, o.logprobs));
   live.generated.push_back(token);
   live.step_tokens.push_back(token);
-  const RequestOptions& o = live.request.options;
   if (std::find(o.stop_ids.begin(), o.stop_ids.end(), token) != o.stop_ids.end()) {
     live.finish = FinishReason::Stop;
   } else if (int(live.generated.size()) >= o.max_new_tokens) {
@@ -215,11 +227,13 @@ void Engine::deliver(Live& live) {
   if (live.done()) live.stats.total_ms = t - live.t_add_ms;
   if (!live.on_event || (live.step_tokens.empty() && !live.done())) {
     live.step_tokens.clear();
+    live.step_logprobs.clear();
     return;
   }
   RequestEvent e;
   e.id = live.id;
   e.tokens.swap(live.step_tokens);
+  e.logprobs.swap(live.step_logprobs);
   e.finish = live.finish;
   e.error = live.error;
   e.stats = &live.stats;

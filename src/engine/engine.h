@@ -106,7 +106,8 @@ class Engine {
   void finish_item(Item& item, sched::SeqOutcome& outcome);
   void flush_taps(Live& live);  // the drafter context catches up with the committed tokens
   // Appends a generated token; ends the request on a stop id or max_new_tokens. No-op once done.
-  void emit(Live& live, int32_t token);
+  // logits: [vocab] the edited target row the token was chosen from (its logprobs, when the request wants them).
+  void emit(Live& live, int32_t token, const float* logits);
   void fail(Live& live, const std::string& message);
   // Sends the step's event (tokens and, when done, the finish); a throwing callback fails the request.
   void deliver(Live& live);

@@ -38,6 +38,7 @@ struct Engine::Live {
   int32_t anchor = -1;           // newest token: emitted, not yet in the cache
   std::vector<int32_t> generated;
   std::vector<int32_t> step_tokens;  // tokens made final in the current step (sent as one event)
+  std::vector<TokenLogprobs> step_logprobs;  // [step_tokens.size()] with options.logprobs >= 0, else empty
   FinishReason finish = FinishReason::None;
   std::string error;
   RequestStats stats;

@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "engine/engine_live.h"
 #include "sampling/distribution.h"
+#include "sampling/logit_adjust.h"
 #include "spec/verify.h"
 
 namespace ts {
@@ -25,8 +26,8 @@ struct Engine::Item {
   std::vector<int32_t> tokens, positions;  // [rows] of this request in the target forward
   std::vector<uint8_t> visible;     // [rows, rows]; empty = causal
   std::vector<int32_t> logit_rows;  // local rows whose logits are needed
-  // Where the forward left this request's outputs.
-  const ForwardResult* result = nullptr;
+  // Where the forward left this request's outputs (its logits rows are edited in place: logit_bias, min_tokens).
+  ForwardResult* result = nullptr;
   int result_rows = 0;              // rows of that forward
   int row0 = 0;                     // first row of this request in it
   int logit0 = 0;                   // first logits row of this request in it
@@ -41,6 +42,17 @@ int32_t sample_token(const float* logits, int vocab, const SamplingParams& param
   if (params.temperature == 0) return argmax(logits, vocab);
   processed_distribution(logits, vocab, params, &probs);
   return chooser.choose(probs.data(), vocab);
+}
+
+// The request's logit edits (sampling/logit_adjust.h) for the row that predicts its generated token number
+// token_index (0-based).
+LogitEdits edits_at(const RequestOptions& o, int64_t token_index) {
+  return logit_edits_at(o.logit_bias, o.stop_ids, o.min_tokens, token_index);
+}
+
+// Whether any row predicting token number >= first_index gets an edit: false keeps the common path untouched.
+bool edits_from(const RequestOptions& o, int64_t first_index) {
+  return !o.logit_bias.empty() || (first_index < o.min_tokens && !o.stop_ids.empty());
 }
 
 }  // namespace
@@ -90,9 +102,19 @@ void Engine::forward_items(std::vector<Item*>& items, ForwardResult& result, boo
 
 void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   Live& live = *item.live;
-  const ForwardResult& fr = *item.result;
+  ForwardResult& fr = *item.result;
   const int V = target_.config().vocab_size, H = target_.config().hidden_size;
   const RequestOptions& o = live.request.options;
+  // This request's logits rows: [logit_rows, V]. Each is edited for the token it predicts: the prefill's and a
+  // plain step's row predict token number generated.size(); a tree node's row at depth d, generated.size() + d.
+  float* logits = fr.logits.data() + size_t(item.logit0) * V;
+  const int64_t generated = int64_t(live.generated.size());
+  if (edits_from(o, generated)) {
+    for (int r = 0; r < int(item.logit_rows.size()); ++r) {
+      const int depth = item.kind == Item::Spec ? item.tree.depth[size_t(r)] : 0;
+      apply_logit_edits(edits_at(o, generated + depth), V, logits + size_t(r) * V);
+    }
+  }
   // The drafter's new context rows: the target's taps at the kept local rows.  taps: [rows, n_taps * H]
   // Rows after a plain step wait in the backlog (flush_taps); a round's rows go straight in (the backlog was
   // flushed before its draft).
@@ -120,20 +142,18 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
       if (o.max_new_tokens == 0) {
         live.finish = FinishReason::Length;
       } else {
-        live.anchor = sample_token(&fr.logits[size_t(item.logit0) * V], V, o.sampling, *live.chooser,
-                                   runner_->probs);
-        emit(live, live.anchor);
+        live.anchor = sample_token(logits, V, o.sampling, *live.chooser, runner_->probs);
+        emit(live, live.anchor, logits);
       }
     }
   } else if (item.kind == Item::Plain) {
     live.cache.commit_all();
     extend_drafter({0}, {item.anchor_pos});
     outcome.committed = 1;
-    live.anchor = sample_token(&fr.logits[size_t(item.logit0) * V], V, o.sampling, *live.chooser, runner_->probs);
-    emit(live, live.anchor);
+    live.anchor = sample_token(logits, V, o.sampling, *live.chooser, runner_->probs);
+    emit(live, live.anchor, logits);
   } else {
-    spec::VerifyResult vr =
-        spec::verify(item.tree, &fr.logits[size_t(item.logit0) * V], o.sampling, item.source, *live.chooser);
+    spec::VerifyResult vr = spec::verify(item.tree, logits, o.sampling, item.source, *live.chooser);
     std::vector<int32_t> keep = {0};
     keep.insert(keep.end(), vr.accepted_nodes.begin(), vr.accepted_nodes.end());
     live.cache.commit(keep);
@@ -164,8 +184,11 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
       st.calibration_shifts.resize(spec::kRankBuckets);
       for (int k = 0; k < spec::kRankBuckets; ++k) st.calibration_shifts[k] = live.calibration.shift(k);
     }
-    for (int32_t node : vr.accepted_nodes) emit(live, item.tree.token[node]);
-    emit(live, vr.bonus_token);
+    // Each emitted token came from its parent's row: keep[i] for accepted node i, the last accepted node for the
+    // bonus.
+    for (size_t i = 0; i < vr.accepted_nodes.size(); ++i)
+      emit(live, item.tree.token[vr.accepted_nodes[i]], logits + size_t(keep[i]) * V);
+    emit(live, vr.bonus_token, logits + size_t(vr.last_node) * V);
     live.anchor = vr.bonus_token;
     outcome.committed = int(keep.size());
     outcome.speculated = true;
@@ -270,6 +293,21 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
         std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
         d->add_markov_bias(parent, out);
       };
+      // The request's logit edits on q too, per depth like the target's rows: a child at depth d is generated
+      // token number generated.size() + d - 1. Expansion and verify() read q through these same functions.
+      const RequestOptions& o = live.request.options;
+      const int64_t generated = int64_t(live.generated.size());
+      if (edits_from(o, generated)) {
+        it.source.base_logits = [base, V, &o, generated](int depth, float* out) {
+          std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
+          apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+        };
+        it.source.conditional_logits = [base, V, d, &o, generated](int depth, int32_t parent, float* out) {
+          std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
+          d->add_markov_bias(parent, out);
+          apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+        };
+      }
       spec::TreeParams params = live.tree;
       if (!live.request.options.tree.cost_model) {
         params.cost_model = it.decode.adaptive ? &*config_.cost_model : nullptr;

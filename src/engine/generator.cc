@@ -28,6 +28,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const G
   bool finished = false;
   std::string error;
   engine.add(std::move(request), [&](const RequestEvent& e) {
+    result.logprobs.insert(result.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
     for (int32_t id : e.tokens) {
       result.ids.push_back(id);
       if (on_token) on_token(id);

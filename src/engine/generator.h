@@ -30,6 +30,7 @@ using GenerationStats = RequestStats;
 
 struct GenerationResult {
   std::vector<int32_t> ids;  // generated tokens (stop token included when one ended the generation)
+  std::vector<TokenLogprobs> logprobs;  // [ids.size()] with options.logprobs >= 0 (request.h), else empty
   std::string finish_reason; // "stop", "length" (finish_reason_name)
   GenerationStats stats;
   std::vector<spec::EdgeRecord> edges;  // with collect_edges

@@ -7,9 +7,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampling_params.h"
 #include "spec/calibration.h"
 #include "spec/expand.h"
@@ -27,6 +29,21 @@ struct RequestOptions {
   int max_context = 1 << 30;        // prompt + generated tokens; clamped to EngineConfig::max_context and the
                                     // model's max_position_embeddings
   std::vector<int32_t> stop_ids;    // generation ends after emitting one of these (the stop token is emitted)
+  // Added to the target's raw logits before temperature / top-k / top-p / min-p, at every position, in every
+  // mode (OpenAI's logit_bias: -100 practically bans a token, +100 practically forces it). Ids in [0, vocab),
+  // biases finite and in [-100, 100]; a repeated id adds twice. The drafter's logits get the same bias (so drafts
+  // follow it); speculation stays lossless with respect to the biased target (sampling/logit_adjust.h).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: until this many tokens have been generated, the stop_ids get -inf logits (cannot be
+  // emitted; max_new_tokens and the context limit still end the request). In a draft tree the row of a node at
+  // depth d predicts token number generated + d, so the mask is per depth. 0 = off; <= max_new_tokens.
+  int min_tokens = 0;
+  // -1: off. k in [0, 20]: every emitted token comes with its logprob and the k most likely alternatives
+  // (RequestEvent::logprobs): log_softmax of the target's logits after logit_bias and the min_tokens mask, BEFORE
+  // temperature and the top-k / top-p / min-p filters, at any temperature (vLLM's default raw logprobs, plus the
+  // bias and mask; definition in sampling/logprobs.h). Speculation does not change them: a token's values equal
+  // those of a plain (mode None) run over the same prefix.
+  int logprobs = -1;
   DecodeMode mode = DecodeMode::Tree;
   // Expansion parameters: priority (tree.mode), theta floor, node_cap, branch_cap, draft_len (Chain).
   // tree.temperature is overwritten with sampling.temperature.
@@ -88,6 +105,7 @@ const char* finish_reason_name(FinishReason reason);
 struct RequestEvent {
   RequestId id = 0;
   std::vector<int32_t> tokens;      // tokens that became final in this step, in order (may be empty)
+  std::vector<TokenLogprobs> logprobs;  // [tokens.size()] with RequestOptions::logprobs >= 0, else empty
   FinishReason finish = FinishReason::None;
   std::string error;                // finish == Error: what went wrong
   const RequestStats* stats = nullptr;                  // valid during the callback only
@@ -101,7 +119,8 @@ using EventCallback = std::function<void(const RequestEvent&)>;
 
 enum class RejectReason {
   None,
-  BadParams,    // out-of-range sampling/tree parameters, bad token ids, empty prompt, mode needs a drafter
+  BadParams,    // out-of-range sampling/tree parameters (logit_bias, min_tokens, logprobs included), bad token
+                // ids, empty prompt, mode needs a drafter
   OverContext,  // the prompt does not fit the context limit (or one request's KV alone exceeds the KV budget)
   QueueFull,    // more than EngineConfig::max_queue requests waiting
   Draining,     // AsyncEngine::drain() was called: no new requests

@@ -115,8 +115,10 @@ struct SyntheticDrafter {
 };
 
 // The verify() input: row i = target logits after context (which ends with the anchor) + the path to node i.
-inline std::vector<float> tree_target_logits(const SyntheticTarget& target, const std::vector<int32_t>& context,
-                                             const DraftTree& tree) {
+// Target: SyntheticTarget or any type with its vocab and logits(context, out).
+template <class Target>
+std::vector<float> tree_target_logits(const Target& target, const std::vector<int32_t>& context,
+                                      const DraftTree& tree) {
   const int n = tree.size();
   std::vector<float> rows(static_cast<size_t>(n) * target.vocab);  // [n, vocab]
   for (int i = 0; i < n; ++i) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -35,11 +36,11 @@ struct Distributions {
   double mean_nodes = 0;       // expected number of tree nodes (root excluded)
 };
 
-// Runs expand + verify under the enumerating chooser.
-Distributions enumerate_round(const SyntheticTarget& target, const SyntheticDrafter& drafter,
-                              const std::vector<int32_t>& context, const ExactCase& c) {
+// Runs expand + verify under the enumerating chooser. Target: SyntheticTarget or EditedTarget.
+template <class Target>
+Distributions enumerate_round(const Target& target, const DraftSource& source, const std::vector<int32_t>& context,
+                              const ExactCase& c) {
   const int vocab = target.vocab;
-  const DraftSource source = drafter.source();
   TreeParams tree_params = c.tree;
   tree_params.temperature = c.draft_temperature;
   Distributions d;
@@ -69,8 +70,8 @@ Distributions enumerate_round(const SyntheticTarget& target, const SyntheticDraf
 }
 
 // The target's exact first-token and pair distributions.
-Distributions exact_target(const SyntheticTarget& target, const std::vector<int32_t>& context,
-                           const SamplingParams& params) {
+template <class Target>
+Distributions exact_target(const Target& target, const std::vector<int32_t>& context, const SamplingParams& params) {
   const int vocab = target.vocab;
   Distributions d;
   d.first = target.processed(context, params);
@@ -130,7 +131,7 @@ double expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
   target.salt = seed;
   const SyntheticDrafter drafter = SyntheticDrafter::random(vocab, 3, 2, seed * 31 + 7);
   const std::vector<int32_t> context = {static_cast<int32_t>(seed % vocab), 1, 0};
-  const Distributions got = enumerate_round(target, drafter, context, c);
+  const Distributions got = enumerate_round(target, drafter.source(), context, c);
   const Distributions want = exact_target(target, context, c.target);
   EXPECT_NEAR(got.total, 1.0, 1e-12) << describe(c);
   EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " seed " << seed;
@@ -268,6 +269,92 @@ TEST(VerifyExact, TargetEqualToDrafterHitsNoNan) {
   EXPECT_LT(max_abs_diff(first, want), 1e-9);
 }
 
+// A request's logit edits as the engine applies them (request.h: logit_bias, min_tokens): bias added, stop ids at
+// -inf while the predicted token's number is below min_tokens. The row after `context` predicts token number
+// first_index + (context.size() - base_length), so inside a round the mask depends on the node's depth.
+struct EditedTarget {
+  SyntheticTarget raw;
+  int vocab = 0;
+  std::vector<std::pair<int32_t, float>> bias;
+  std::vector<int32_t> stop_ids;
+  int min_tokens = 0;
+  size_t base_length = 0;  // the round's context (ending with the anchor)
+  int first_index = 0;     // number of the token the root row predicts
+
+  void edit(int token_index, float* out) const {  // out: [vocab]
+    for (const auto& [id, add] : bias) out[id] += add;
+    if (token_index < min_tokens)
+      for (int32_t id : stop_ids) out[id] = -std::numeric_limits<float>::infinity();
+  }
+  void logits(const std::vector<int32_t>& context, float* out) const {
+    raw.logits(context, out);
+    edit(first_index + int(context.size() - base_length), out);
+  }
+  std::vector<double> processed(const std::vector<int32_t>& context, const SamplingParams& params) const {
+    std::vector<float> row(vocab);
+    logits(context, row.data());
+    std::vector<double> p;
+    processed_distribution(row.data(), vocab, params, &p);
+    return p;
+  }
+  // The drafter's q edited alike: a child at depth d is token number first_index + d - 1.
+  DraftSource edited(const DraftSource& inner) const {
+    DraftSource s = inner;
+    s.conditional_logits = [this, inner](int depth, int32_t parent, float* out) {
+      inner.conditional_logits(depth, parent, out);
+      edit(first_index + depth - 1, out);
+    };
+    s.base_logits = [this, inner](int depth, float* out) {
+      inner.base_logits(depth, out);
+      edit(first_index + depth - 1, out);
+    };
+    return s;
+  }
+};
+
+// Logit bias and a min_tokens mask that ends inside the tree (root row masked, deeper rows not, or the first two
+// masked), on p and on q: the round still emits exactly the edited target's first and pair distributions, for
+// sampled and greedy drafts and in every mode.
+TEST(VerifyExact, LogitBiasAndMinTokensMaskAtDepthStayExact) {
+  const int vocab = 6;
+  const SyntheticDrafter drafter = SyntheticDrafter::random(vocab, 3, 2, 41);
+  const std::vector<int32_t> context = {4, 1, 0};
+  const SamplingParams targets[] = {sampling(1.0f), sampling(0.8f, 4, 0.95f)};
+  for (int min_tokens : {0, 1, 2}) {
+    EditedTarget target;
+    target.raw.vocab = target.vocab = vocab;
+    target.raw.salt = 41;
+    target.bias = {{2, 1.5f}, {5, -2.0f}, {0, 0.7f}};
+    target.stop_ids = {2, 3};
+    target.min_tokens = min_tokens;
+    target.base_length = context.size();
+    target.first_index = 0;
+    const DraftSource source = target.edited(drafter.source());
+    for (const SamplingParams& p : targets) {
+      for (float draft_t : {p.temperature, 0.0f}) {
+        for (const TreeParams& tree : {shape(TreeMode::Tree, 3, 6, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
+                                       shape(TreeMode::Marginal, 2, 4, 0)}) {
+          const ExactCase c{p, draft_t, tree, Calibration{1.2, 0.3}};
+          const Distributions got = enumerate_round(target, source, context, c);
+          const Distributions want = exact_target(target, context, p);
+          EXPECT_NEAR(got.total, 1.0, 1e-12);
+          EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " min_tokens " << min_tokens;
+          EXPECT_LT(max_abs_diff(got.pair, want.pair), 1e-9) << describe(c) << " min_tokens " << min_tokens;
+          if (min_tokens >= 1) {
+            EXPECT_EQ(want.first[2] + want.first[3], 0.0);  // masked at the root
+          }
+          if (min_tokens == 1) {  // allowed one token deeper
+            double stop_second = 0;
+            for (int x = 0; x < vocab; ++x) stop_second += want.pair[x * vocab + 2] + want.pair[x * vocab + 3];
+            EXPECT_GT(stop_second, 0.05);
+          }
+          EXPECT_GT(got.mean_nodes, 0.5) << describe(c);
+        }
+      }
+    }
+  }
+}
+
 // Negative control: admit a sampled child only if its drawn q is large (peeking at the draw). The same exact test
 // must see the distortion (lossless-verification.md, pitfall 1).
 TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
@@ -277,9 +364,9 @@ TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
   const SyntheticDrafter drafter = SyntheticDrafter::random(5, 3, 2, 3 * 31 + 7);
   const std::vector<int32_t> context = {3, 1, 0};
   ExactCase c{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 2, 4, 0), Calibration{}};
-  const Distributions honest = enumerate_round(target, drafter, context, c);
+  const Distributions honest = enumerate_round(target, drafter.source(), context, c);
   c.tree.peek_admission_for_negative_test = [](double drawn_q) { return drawn_q > 0.25; };
-  const Distributions peeking = enumerate_round(target, drafter, context, c);
+  const Distributions peeking = enumerate_round(target, drafter.source(), context, c);
   const Distributions want = exact_target(target, context, c.target);
   EXPECT_LT(total_variation(honest.first, want.first), 1e-9);
   EXPECT_NEAR(peeking.total, 1.0, 1e-12);

@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -42,13 +45,51 @@ nlohmann::json stats_json(const GenerationResult& r) {
   return j;
 }
 
+// "ID:BIAS" -> (id, bias); the engine checks the range of both.
+std::pair<int32_t, float> parse_logit_bias(const std::string& text) {
+  const size_t colon = text.find(':');
+  TS_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < text.size(), "--logit-bias expects ID:BIAS, got '",
+           text, "'");
+  try {
+    size_t used_id = 0, used_bias = 0;
+    const std::string id_text = text.substr(0, colon), bias_text = text.substr(colon + 1);
+    const long id = std::stol(id_text, &used_id);
+    const float bias = std::stof(bias_text, &used_bias);
+    TS_CHECK(used_id == id_text.size() && used_bias == bias_text.size(), "trailing characters");
+    return {int32_t(id), bias};
+  } catch (const std::exception&) {
+    TS_FAIL("--logit-bias expects ID:BIAS (an integer token id and a number), got '", text, "'");
+  }
+}
+
+// One entry per emitted token: {"id": id, "logprob": lp, "top": [[id, lp], ...]} (-inf is written as null).
+nlohmann::json logprobs_json(const GenerationResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < r.logprobs.size() && i < r.ids.size(); ++i) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, lp] : r.logprobs[i].top) top.push_back({id, lp});
+    out.push_back({{"id", r.ids[i]}, {"logprob", r.logprobs[i].logprob}, {"top", top}});
+  }
+  return out;
+}
+
+// Without --json, one line per emitted token on stderr: "logprobs <index> <id> <logprob> | <id>:<lp> ...".
+void print_logprobs(const GenerationResult& r) {
+  for (size_t i = 0; i < r.logprobs.size() && i < r.ids.size(); ++i) {
+    std::fprintf(stderr, "logprobs %zu %d %.6f |", i, r.ids[i], double(r.logprobs[i].logprob));
+    for (const auto& [id, lp] : r.logprobs[i].top) std::fprintf(stderr, " %d:%.6f", id, double(lp));
+    std::fprintf(stderr, "\n");
+  }
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate tokens with the target alone (--mode none) or with speculative decoding."};
   std::string model_dir, drafter_dir, prompt_ids, prompt;
   bool chat = false, no_thinking = false, json = false, compare = false, fixed_theta = false;
-  int n = 1;
+  int n = 1, logprobs = -1, min_tokens = 0;
+  std::vector<std::string> logit_bias;
   DecodeFlags flags;
   app.add_option("--model", model_dir, "target model folder (Hugging Face layout)")->required();
   app.add_option("--drafter", drafter_dir, "DSpark drafter folder (needed for chain/tree modes)");
@@ -61,6 +102,17 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--compare", compare,
                "after each speculative completion, decode the same prompt with the target alone (same sampling "
                "and seed) and print both speeds side by side; at temperature 0 the texts must be identical");
+  app.add_option("--logprobs", logprobs,
+                 "report each emitted token's logprob and the K most likely alternatives (K in 0..20): log_softmax "
+                 "of the target's logits after --logit-bias and the --min-tokens mask, before temperature and "
+                 "top-k/top-p/min-p. With --json: \"logprobs\": [{\"id\", \"logprob\", \"top\": [[id, lp], ...]}]; "
+                 "else one line per token on stderr: logprobs INDEX ID LOGPROB | ID:LP ...")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
+  app.add_option("--logit-bias", logit_bias,
+                 "ID:BIAS, repeatable: add BIAS (in [-100, 100]) to token ID's logit before sampling, in every mode");
+  app.add_option("--min-tokens", min_tokens,
+                 "the stop tokens (eos) cannot be emitted before this many tokens are generated (<= --max-tokens)")
+      ->check(CLI::NonNegativeNumber);
   flags.add_sampling(app);
   flags.add_spec(app);
   app.add_flag("--fixed-theta", fixed_theta,
@@ -91,6 +143,9 @@ int cmd_generate(int argc, char** argv) {
   if (!fallback.empty()) std::fprintf(stderr, "treespark: %s\n", fallback.c_str());
   GenerateOptions opt = flags.options(bundle.drafter ? bundle.drafter->block_size() : 1);
   opt.stop_ids = bundle.stop_ids();
+  opt.logprobs = logprobs;
+  opt.min_tokens = min_tokens;
+  for (const std::string& entry : logit_bias) opt.logit_bias.push_back(parse_logit_bias(entry));
   // Tree mode prices each node with the target's measured cost curve unless a fixed theta was asked for: on the
   // shipped pair a fixed theta of 0.05 grew ~30-node trees whose verification cost more than they saved (Xeon family
   // 6 model 207: 200 tok/s against 420-434 adaptive and 165 for the target alone; bench spec: 0.90x the target
@@ -147,6 +202,7 @@ int cmd_generate(int argc, char** argv) {
       if (!fallback.empty()) j["fallback"] = fallback;
       j["sampling"] = flags.sampling_json();  // each value and where it came from (flag, generation_config.json, default)
       if (bundle.tokenizer) j["text"] = bundle.decode(r.ids);
+      if (opt.logprobs >= 0) j["logprobs"] = logprobs_json(r);
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       if (stream) {
@@ -157,6 +213,7 @@ int cmd_generate(int argc, char** argv) {
       const double decode_ms = s.total_ms - s.prefill_ms;
       std::fprintf(stdout, "\n");
       std::fflush(stdout);  // the statistics go to stderr: keep them after the text
+      if (opt.logprobs >= 0) print_logprobs(r);
       std::fprintf(stderr,
                    "[%s] %d tokens in %.1f ms (%.1f tok/s after a %.1f ms prefill of %zu tokens); %d rounds, %.2f "
                    "tokens/round, mean tree %.1f nodes, %d accepted draft tokens\n",
