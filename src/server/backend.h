@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "sampling/logprobs.h"
 #include "sampling/sampling_params.h"
 
 namespace ts::server {
@@ -29,6 +30,9 @@ struct BackendRequest {
   SamplingParams sampling;
   int max_tokens = 16;            // new tokens, >= 1; prompt + max_tokens <= the context limit
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (it is emitted)
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the target's logits (ids in the vocabulary)
+  int min_tokens = 0;             // stop_ids cannot be emitted before this many new tokens
+  int logprobs = -1;              // -1: off; k >= 0: each token's logprob and the top k (sampling/logprobs.h)
 };
 
 // Per-request figures, reported with the terminal event (llama.cpp reports the same as `timings`).
@@ -49,6 +53,7 @@ struct BackendEvent {
   enum class Kind { Tokens, Finished, Failed };
   Kind kind = Kind::Tokens;
   std::vector<int32_t> ids;   // Tokens: newly final tokens, in order (a speculative round gives several)
+  std::vector<TokenLogprobs> logprobs;  // Tokens with BackendRequest::logprobs >= 0: [ids.size()], else empty
   std::string finish_reason;  // Finished: "stop" (a stop id), "length" (max_tokens or context), "cancelled"
   std::string error;          // Failed: what went wrong
   RequestStats stats;         // Finished / Failed

@@ -1,6 +1,7 @@
 #include "server/completion.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <random>
@@ -47,7 +48,9 @@ Completion::Completion(const CompletionRequest& request, const ServedModel& mode
       response_id_(new_response_id(request.chat)),
       created_((long long)std::time(nullptr)),
       prompt_tokens_(prompt_tokens),
-      arrival_(std::chrono::steady_clock::now()) {}
+      arrival_(std::chrono::steady_clock::now()) {
+  tokenizer_ = model.tokenizer;
+}
 
 double Completion::seconds_since(std::chrono::steady_clock::time_point t) const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -75,8 +78,10 @@ std::string Completion::step(std::chrono::milliseconds timeout) {
   if (event->kind == BackendEvent::Kind::Tokens) {
     if (stop_string_hit_) return "";
     int taken = 0;
-    for (int32_t id : event->ids) {
+    for (size_t i = 0; i < event->ids.size(); ++i) {
+      const int32_t id = event->ids[i];
       ids_.push_back(id);
+      if (request_.logprobs >= 0 && i < event->logprobs.size()) logprobs_.push_back(event->logprobs[i]);
       ++taken;
       out += text_.push(id);
       if (text_.stopped()) {
@@ -158,9 +163,9 @@ json Completion::first_chunk() const {
   return j;
 }
 
-json Completion::text_chunk(const std::string& text) const {
+json Completion::text_chunk(const std::string& text) {
   json j = chunk_base();
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = {{"index", 0}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}};
   if (request_.chat) {
     choice["delta"] = {{"content", text}};
   } else {
@@ -171,9 +176,9 @@ json Completion::text_chunk(const std::string& text) const {
   return j;
 }
 
-json Completion::final_chunk() const {
+json Completion::final_chunk() {
   json j = chunk_base();
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason()}};
+  json choice = {{"index", 0}, {"logprobs", take_logprobs()}, {"finish_reason", finish_reason()}};
   if (request_.chat) {
     choice["delta"] = json::object();
   } else {
@@ -202,7 +207,8 @@ json Completion::response() const {
             {"object", request_.chat ? "chat.completion" : "text_completion"},
             {"created", created_},
             {"model", model_name_}};
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason()}};
+  size_t offset = 0;
+  json choice = {{"index", 0}, {"logprobs", logprobs_json(0, logprobs_.size(), &offset)}, {"finish_reason", finish_reason()}};
   if (request_.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_so_far_}};
   } else {
@@ -213,6 +219,62 @@ json Completion::response() const {
   j["usage"] = usage();
   j["timings"] = timings();
   j["seed"] = request_.sampling.seed;  // the seed this sample used (drawn afresh when the request had none)
+  return j;
+}
+
+namespace {
+
+// JSON cannot hold -inf (a token the request's logit edits banned): vLLM's stand-in.
+double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
+json byte_values(const std::string& text) {
+  json out = json::array();
+  for (unsigned char c : text) out.push_back(int(c));
+  return out;
+}
+
+}  // namespace
+
+json Completion::logprobs_json(size_t from, size_t to, size_t* offset) const {
+  if (request_.logprobs < 0) return nullptr;
+  to = std::min(to, logprobs_.size());
+  // A token's text on its own: raw bytes, which may be part of a UTF-8 character (the JSON writer then shows
+  // U+FFFD; chat's `bytes` keep them exact).
+  auto piece = [&](int32_t id) { return tokenizer_->decode({id}); };
+  if (request_.chat) {
+    json content = json::array();
+    for (size_t i = from; i < to; ++i) {
+      const TokenLogprobs& lp = logprobs_[i];
+      const std::string text = piece(ids_[i]);
+      json top = json::array();
+      for (const auto& [id, value] : lp.top) {
+        const std::string t = piece(id);
+        top.push_back({{"token", t}, {"logprob", finite_logprob(value)}, {"bytes", byte_values(t)}});
+      }
+      content.push_back({{"token", text}, {"logprob", finite_logprob(lp.logprob)}, {"bytes", byte_values(text)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const TokenLogprobs& lp = logprobs_[i];
+    const std::string text = piece(ids_[i]);
+    tokens.push_back(text);
+    values.push_back(finite_logprob(lp.logprob));
+    json top = json::object();
+    for (const auto& [id, value] : lp.top) top[piece(id)] = finite_logprob(value);
+    tops.push_back(top);
+    offsets.push_back(*offset);
+    *offset += text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json Completion::take_logprobs() {
+  if (request_.logprobs < 0 || logprobs_sent_ >= logprobs_.size()) return nullptr;
+  json j = logprobs_json(logprobs_sent_, logprobs_.size(), &text_offset_);
+  logprobs_sent_ = logprobs_.size();
   return j;
 }
 

@@ -53,8 +53,9 @@ class Completion {
   // OpenAI JSON. Streaming: the first chunk (chat: the assistant role), a text chunk, the final chunk with
   // finish_reason (and usage + timings), the usage-only chunk (stream_options.include_usage).
   nlohmann::json first_chunk() const;
-  nlohmann::json text_chunk(const std::string& text) const;
-  nlohmann::json final_chunk() const;
+  // Streaming chunks carry the logprobs of the tokens that arrived since the last chunk (with logprobs asked).
+  nlohmann::json text_chunk(const std::string& text);
+  nlohmann::json final_chunk();
   nlohmann::json usage_chunk() const;
   nlohmann::json response() const;  // the non-streaming body, after finished()
   const CompletionRequest& request() const { return request_; }
@@ -64,6 +65,10 @@ class Completion {
   nlohmann::json usage() const;
   nlohmann::json timings() const;
   std::string finish_reason() const;
+  // OpenAI's logprobs object for tokens [from, to) of ids_ (completions: tokens / token_logprobs / top_logprobs /
+  // text_offset, offsets counted from *offset, which advances; chat: content[]); null when not asked for.
+  nlohmann::json logprobs_json(size_t from, size_t to, size_t* offset) const;
+  nlohmann::json take_logprobs();  // streaming: the logprobs not sent yet
   double seconds_since(std::chrono::steady_clock::time_point t) const;
 
   CompletionRequest request_;
@@ -78,6 +83,9 @@ class Completion {
   int prompt_tokens_ = 0;
 
   std::vector<int32_t> ids_;  // generated ids the client is answered for (up to a stop string's end)
+  std::vector<TokenLogprobs> logprobs_;  // [ids_.size()] when the request asked for logprobs, else empty
+  size_t logprobs_sent_ = 0, text_offset_ = 0;  // streaming: entries sent, their tokens' bytes
+  const tok::Tokenizer* tokenizer_ = nullptr;
   std::string text_so_far_;   // non-streaming: the whole text
   bool stop_string_hit_ = false, cancelled_ = false, finished_ = false;
   std::string backend_finish_reason_, error_;

@@ -30,10 +30,14 @@ SubmitResult EngineBackend::submit(BackendRequest request, EventSink sink) {
   r.options.sampling = request.sampling;
   r.options.max_new_tokens = request.max_tokens;
   r.options.stop_ids = std::move(request.stop_ids);
+  r.options.logit_bias = std::move(request.logit_bias);
+  r.options.min_tokens = request.min_tokens;
+  r.options.logprobs = request.logprobs;
   auto on_event = [sink = std::move(sink)](const RequestEvent& e) {
     if (!e.tokens.empty()) {  // a step's final tokens; on the last step they come before the terminal event
       BackendEvent tokens;
       tokens.ids = e.tokens;
+      tokens.logprobs = e.logprobs;
       sink(std::move(tokens));
     }
     if (e.finish == FinishReason::None) return;

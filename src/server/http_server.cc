@@ -180,7 +180,11 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     br.prompt = std::move(prompt.ids);
     br.sampling = request.sampling;
     br.max_tokens = prompt.max_tokens;
-    br.stop_ids = model_.stop_ids;
+    // ignore_eos: end-of-turn ids neither end generation nor are masked by min_tokens; they stay hidden in text.
+    if (!request.ignore_eos) br.stop_ids = model_.stop_ids;
+    br.logit_bias = request.logit_bias;
+    br.min_tokens = request.min_tokens;
+    br.logprobs = request.logprobs;
     const int prompt_tokens = int(br.prompt.size());
     SubmitResult submitted =
         backend_->submit(std::move(br), [completion](BackendEvent&& e) { completion->channel().push(std::move(e)); });

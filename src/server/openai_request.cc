@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "sampling/logprobs.h"
 #include "server/api_error.h"
 
 namespace ts::server {
@@ -201,6 +202,49 @@ void parse_sampling(const json& body, CompletionRequest& r) {
   }
 }
 
+// logprobs / top_logprobs (the two endpoints spell them differently), logit_bias, min_tokens, ignore_eos.
+void parse_output_controls(const json& body, CompletionRequest& r) {
+  const auto top_n = [](const json& v, const char* name) {
+    const long long k = integer(v, name);
+    if (k < 0 || k > kMaxTopLogprobs)
+      throw out_of_range(name, "is " + v.dump() + "; it must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+    return int(k);
+  };
+  if (r.chat) {
+    const json* want = field(body, "logprobs");
+    const bool on = want && boolean(*want, "logprobs");
+    if (const json* v = field(body, "top_logprobs")) {
+      const int k = top_n(*v, "top_logprobs");
+      if (!on) throw bad_request("invalid_value", "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      r.logprobs = k;
+    } else if (on) {
+      r.logprobs = 0;
+    }
+  } else if (const json* v = field(body, "logprobs")) {
+    if (!(v->is_boolean() && !v->get<bool>())) r.logprobs = top_n(*v, "logprobs");  // false: off, as null
+  }
+  if (const json* v = field(body, "logit_bias")) {
+    if (!v->is_object()) throw wrong_type("logit_bias", "an object of token id: bias", *v);
+    if (v->size() > 1024) throw out_of_range("logit_bias", "holds more than 1024 tokens");
+    for (const auto& [key, bias] : v->items()) {
+      const std::string param = "logit_bias." + key.substr(0, 32);
+      const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(key) > INT32_MAX)
+        throw bad_request("invalid_value", "'logit_bias' keys must be token ids, got '" + key.substr(0, 32) + "'",
+                          "logit_bias");
+      const double b = number(bias, param);
+      if (b < -100 || b > 100) throw out_of_range(param, "is " + bias.dump() + "; a bias must be in [-100, 100]");
+      r.logit_bias.emplace_back(int32_t(std::stoll(key)), float(b));
+    }
+  }
+  if (const json* v = field(body, "min_tokens")) {
+    const long long n = integer(*v, "min_tokens");
+    if (n < 0 || n > (1 << 30)) throw out_of_range("min_tokens", "is " + v->dump() + "; it must be >= 0");
+    r.min_tokens = int(n);
+  }
+  if (const json* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+}
+
 void reject_unsupported(const json& body, bool chat) {
   if (const json* v = field(body, "n"))
     if (integer(*v, "n") != 1) throw unsupported("n", "must be 1");
@@ -208,9 +252,6 @@ void reject_unsupported(const json& body, bool chat) {
     if (integer(*v, "best_of") != 1) throw unsupported("best_of", "must be 1");
   if (const json* v = field(body, "echo"))
     if (boolean(*v, "echo")) throw unsupported("echo", "is not supported");
-  if (const json* v = field(body, "logprobs")) {
-    if (!(v->is_boolean() && !v->get<bool>())) throw unsupported("logprobs", "is not supported");
-  }
   if (field(body, "suffix")) throw unsupported("suffix", "is not supported");
   for (const char* name : {"tools", "functions"})
     if (const json* v = field(body, name))
@@ -223,15 +264,6 @@ void reject_unsupported(const json& body, bool chat) {
   // Parameters that would change the output and are not implemented are refused by name rather than ignored;
   // their neutral values are accepted. Harmless metadata (service_tier, parallel_tool_calls, prediction: a latency
   // hint) is accepted and has no effect.
-  if (const json* v = field(body, "logit_bias"))
-    if (!(v->is_null() || (v->is_object() && v->empty()))) throw unsupported("logit_bias", "is not supported yet");
-  if (const json* v = field(body, "top_logprobs"))
-    if (!(v->is_null() || (v->is_number_integer() && v->get<long long>() == 0)))
-      throw unsupported("top_logprobs", "is not supported yet (logprobs are not)");
-  if (const json* v = field(body, "ignore_eos"))
-    if (boolean(*v, "ignore_eos")) throw unsupported("ignore_eos", "is not supported yet");
-  if (const json* v = field(body, "min_tokens"))
-    if (integer(*v, "min_tokens") != 0) throw unsupported("min_tokens", "is not supported yet (only 0)");
   if (const json* v = field(body, "repetition_penalty"))
     if (number(*v, "repetition_penalty") != 1) throw unsupported("repetition_penalty", "is not supported yet (only 1)");
   if (const json* v = field(body, "reasoning_effort"))
@@ -291,6 +323,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   reject_unsupported(body, chat);
   parse_sampling(body, r);
+  parse_output_controls(body, r);
   parse_stop(body, r);
   // Chat's newer name first: max_completion_tokens, then max_tokens.
   for (const char* name : {"max_completion_tokens", "max_tokens"}) {
@@ -349,6 +382,13 @@ PreparedPrompt prepare_prompt(const CompletionRequest& r, const ServedModel& mod
   if (room < 1) throw too_long(std::max(r.max_tokens, 1));
   if (r.max_tokens > room) throw too_long(r.max_tokens);
   p.max_tokens = r.max_tokens > 0 ? r.max_tokens : (r.chat ? room : std::min(16, room));
+  for (const auto& [id, bias] : r.logit_bias)
+    if (id >= model.vocab_size)
+      throw out_of_range("logit_bias", "holds token id " + std::to_string(id) + ", outside the vocabulary [0, " +
+                                           std::to_string(model.vocab_size) + ")");
+  if (r.min_tokens > p.max_tokens)
+    throw out_of_range("min_tokens", "is " + std::to_string(r.min_tokens) + ", more than the " +
+                                         std::to_string(p.max_tokens) + " new tokens this request may generate");
   return p;
 }
 

@@ -38,6 +38,11 @@ struct CompletionRequest {
   bool include_usage = false;              // stream_options.include_usage
   bool return_token_ids = false;           // treespark extension: the generated ids in each choice
   bool skip_special_tokens = true;         // vLLM's extension: special added tokens (<|im_start|>) are not shown
+  // Completions: logprobs = k (0..20); chat: logprobs = true with top_logprobs = k. -1: none.
+  int logprobs = -1;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's {"token id": bias in [-100, 100]}
+  int min_tokens = 0;                      // vLLM: end-of-turn ids cannot come before this many new tokens
+  bool ignore_eos = false;                 // vLLM: end-of-turn ids do not end generation (they stay hidden)
 };
 
 // Bodies nesting arrays and objects deeper than this are refused before they are parsed (400 invalid_json).

@@ -20,6 +20,15 @@
 
 namespace ts::server::testing {
 
+// The logprobs the fake backend reports for token number n (id): logprob -0.5 * (n % 4) - 0.125, and the top k
+// are id, id + 1, ... at that logprob minus 0, 1, ...
+inline TokenLogprobs fake_logprobs(int32_t id, int n, int k) {
+  TokenLogprobs lp;
+  lp.logprob = -0.5f * float(n % 4) - 0.125f;
+  for (int j = 0; j < k; ++j) lp.top.emplace_back(id + j, lp.logprob - float(j));
+  return lp;
+}
+
 struct FakeBackendOptions {
   int max_running = 4;
   int max_waiting = 16;
@@ -151,6 +160,7 @@ class FakeBackend : public Backend {
       for (int i = 0; i < options_.tokens_per_event && reason.empty(); ++i) {
         const int32_t id = job.script.empty() ? 7 : job.script[size_t(job.emitted) % job.script.size()];
         e.ids.push_back(id);
+        if (job.request.logprobs >= 0) e.logprobs.push_back(fake_logprobs(id, job.emitted, job.request.logprobs));
         ++job.emitted;
         if (std::find(job.request.stop_ids.begin(), job.request.stop_ids.end(), id) != job.request.stop_ids.end())
           reason = "stop";
