@@ -61,6 +61,7 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   sc.kv_budget_rows = budget_rows;
   sc.block_size = drafter_ ? drafter_->block_size() : 0;
   sc.cost = config_.cost_model ? &*config_.cost_model : nullptr;
+  sc.forget_when_idle = config_.deterministic_trees;
   for (int c = 0; c < 2; ++c) {
     TS_CHECK(config_.prior_tokens_per_round[c] >= 1, "prior_tokens_per_round must be >= 1 (a round emits at least "
              "its bonus token), got ", config_.prior_tokens_per_round[c]);
@@ -330,7 +331,7 @@ StepReport Engine::step() {
   // The policy learns what a step really cost its requests: the step's callback (a server's bookkeeping, a log
   // line) included.
   seen.actual_ms = now_ms() - t0;
-  if (seen.modelled_ms > 0) sched::observe_step(sched_, seen);
+  if (seen.modelled_ms > 0 && !config_.deterministic_trees) sched::observe_step(sched_, seen);
   return report;
 }
 

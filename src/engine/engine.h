@@ -48,6 +48,13 @@ struct EngineConfig {
   // Tokens per round the policy assumes for a request before it (or its temperature class) has been measured:
   // [0] greedy, [1] sampled (scheduler.h). A long-running engine soon replaces them with its own averages.
   double prior_tokens_per_round[2] = {2.5, 2.0};
+  // false (default): the policy learns as it runs what steps cost beyond the cost curve and how many tokens a
+  // round yields per temperature class (scheduler.h), across requests. true: prices come from the cost curve
+  // alone and whatever the policy learned is forgotten whenever no request is in the engine, so a request's tree
+  // shapes depend only on the curve, the calibration, the request and the requests beside it -- never on step
+  // timings or on earlier requests -- and a seeded request's sample repeats, across restarts too, when it runs
+  // alone under the same curve.
+  bool deterministic_trees = false;
   // Edge calibration per temperature (a request's options.calibration overrides it).
   spec::CalibrationTable calibration;
   // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping

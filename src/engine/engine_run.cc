@@ -315,7 +315,9 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
       }
       params.context = it.anchor_pos;  // committed tokens: what each verified row attends over, besides the tree
       // Per-node work outside the forward, learned from this engine's own rounds (unless the request set it).
-      if (params.cost_model && params.node_ms == 0) params.node_ms = node_work_ms_.estimate();
+      // Measured per-node work is a timing: trees that must not depend on timings price from the curve alone.
+      if (params.cost_model && params.node_ms == 0 && !config_.deterministic_trees)
+        params.node_ms = node_work_ms_.estimate();
       it.tree = spec::expand(it.source, live.anchor, params, live.calibration.current(), *live.chooser);
       it.tokens = it.tree.token;
       for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);

@@ -278,6 +278,15 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     std::erase_if(state.seqs,
                   [&](const SeqView& s) { return std::binary_search(gone.begin(), gone.end(), s.id); });
   }
+  if (state.config.forget_when_idle && state.seqs.empty()) {
+    SchedulerState fresh;
+    fresh.config = state.config;
+    fresh.step = state.step;
+    fresh.decode_steps = state.decode_steps;
+    fresh.speculative_steps = state.speculative_steps;
+    fresh.probe_steps = state.probe_steps;
+    state = fresh;
+  }
   ++state.step;
 }
 

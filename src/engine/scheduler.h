@@ -85,6 +85,9 @@ struct SchedulerConfig {
   // The longest the probe interval grows while probes keep confirming that speculation does not pay (step 6
   // above), >= probe_interval.
   int max_probe_interval = 64;
+  // Forget what was learned across requests (class averages, exploration state, residuals) whenever the last
+  // request leaves, so requests that do not overlap cannot change each other's decisions.
+  bool forget_when_idle = false;
 };
 
 // A robust running estimate of one residual: the lower median of the last kSize observations (ring buffer).

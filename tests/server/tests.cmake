@@ -8,3 +8,8 @@ add_test(NAME server.fuzz_request
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/io/fuzz/run_fuzz.sh ${CMAKE_CURRENT_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR} 20 request)
 set_tests_properties(server.fuzz_request PROPERTIES LABELS "server;fuzz" TIMEOUT 900)
+# Seeded sampling reproduces across two server starts; unseeded samples differ and replay from their seed.
+add_test(NAME server.seeded
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seeded_test.sh $<TARGET_FILE:treespark>
+                 ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server.seeded PROPERTIES LABELS "server;cli" TIMEOUT 300)

@@ -93,6 +93,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--header-timeout", http.limits.header_timeout_s,
                  "seconds a client has for a whole request header, idle keep-alive time included")
       ->check(CLI::PositiveNumber);
+  bool deterministic_trees = false;
+  app.add_flag("--deterministic-trees", deterministic_trees,
+               "price trees from the cost curve alone, not from measured step times: with the same cost curve "
+               "(cached or --cost-curve) a seeded request repeats its sample across restarts (load still changes "
+               "tree shapes)");
   double drain_timeout_s = 30;
   app.add_option("--drain-timeout", drain_timeout_s,
                  "on SIGTERM: seconds running requests get to finish before they are cancelled")
@@ -131,6 +136,7 @@ int cmd_serve(int argc, char** argv) {
   http.max_batch = engine.max_batch;
   http.max_queue = engine.max_queue;
   if (kv_budget_mb > 0) engine.kv_budget_bytes = int64_t(kv_budget_mb) << 20;
+  engine.deterministic_trees = deterministic_trees;
   if (log_level == "debug") engine.on_step = log_policy_step;
 
   // SIGTERM / SIGINT go to one waiting thread: block them here, before any thread starts, so every thread
