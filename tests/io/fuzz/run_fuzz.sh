@@ -6,7 +6,7 @@
 # are request bodies). Fails when the toolchain is missing (install it with scripts/install-deps.sh) or when the fuzzer
 # finds anything.
 #
-# usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS] [TARGET]
+# usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS] [TARGET]   (TS_FUZZ_TIMEOUT: seconds one input may take, default 10)
 set -euo pipefail
 export LC_ALL=C
 
@@ -84,7 +84,7 @@ fi
 
 echo "fuzzing for ${seconds}s"
 status=0
-"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+"$bin" -max_total_time="$seconds" -timeout="${TS_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
   -dict="$dict" -artifact_prefix="$work/" "$work/corpus" "$work/seeds" || status=$?
 if [ "$status" != 0 ]; then
   fail "the fuzzer found a problem (exit $status); the input is saved under $work/ (crash-*, leak-*, timeout-*)"
