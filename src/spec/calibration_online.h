@@ -14,7 +14,7 @@
 // outweigh it). The buckets' edges are disjoint, so the shifts are four independent one-dimensional fits. With it
 // the same prompt and curve ran 1.63-1.65x (68 accepted, 80 predicted). Only labels of rounds already verified
 // enter, so the tree of a round depends on the past alone and verification stays lossless (the admission rule
-// never reads the draw it admits; lossless-verification.md).
+// never reads the draw it admits; docs/verification.md, rule 1).
 // The calibration in use moves only when a fitted shift has moved kPublishStep from it: sampled expansion
 // tabulates p_hat per calibration (expand.cc, PHatTable), which a new value every round would rebuild every round.
 #pragma once

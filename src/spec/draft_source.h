@@ -1,7 +1,7 @@
 // How tree expansion and verification read the drafter's distribution q, and the one place q is computed.
 //
 // Losslessness needs the verifier's q to be bit-for-bit the distribution each draft token was drawn from
-// (lossless-verification.md, pitfall 2), so expansion and verification both compute q with draft_probs_f32() (same
+// (docs/verification.md, rule 2), so expansion and verification both compute q with draft_probs_f32() (same
 // inputs, same arithmetic, same floats), and both normalise the without-replacement q_j by draw_total()
 // (sampling/chooser.h) of q with the drawn tokens zeroed: expansion's chooser draws token t with probability
 // q(t) / draw_total, and verify() divides by that same double.

@@ -10,7 +10,7 @@
 //   greedy (temperature 0): the child is the largest remaining q (so its survival equals the bound: best-first);
 //   sampling (temperature T > 0): the child is drawn from q_j = softmax(logits / T) without the parent's earlier
 //     children, through the Chooser. Admission never reads the value of the draw it admits
-//     (lossless-verification.md, pitfall 1); the child's own survival S_parent * p_hat(q(child)) only ranks its
+//     (docs/verification.md, rule 1); the child's own survival S_parent * p_hat(q(child)) only ranks its
 //     own future children (so a sampled node's survival may be below theta).
 // The child gets its own slot (unless at block_size) and the parent's slot is re-pushed with its next bound
 // (until branch_cap children or no remaining mass).

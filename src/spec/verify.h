@@ -1,4 +1,4 @@
-// Lossless verification of a draft tree against the target's logits (lossless-verification.md).
+// Lossless verification of a draft tree against the target's logits (docs/verification.md).
 //
 // Greedy (target temperature 0): from the root, follow the child whose token is argmax of the node's raw target
 // logits; the bonus is that argmax at the last accepted node.
