@@ -253,8 +253,9 @@ std::string isa_summary() {
 }
 
 size_t l3_cache_bytes() {
-  // sysfs first ("105M" or "32768K"; index3 is the L3 on x86 Linux): the L3 this CPU actually shares. glibc's
-  // sysconf answered 320 MiB on a 2-vCPU Zen 4 guest whose sysfs (and lscpu) say 32 MiB.
+  // sysfs first ("105M" or "32768K"; index3 is the L3 on x86 Linux): the L3 this CPU actually shares. glibc's sysconf
+  // can report a far larger L3 than sysfs (and lscpu) in a virtual machine (docs/results/optimization-notes.md,
+  // "L3 size: sysfs before sysconf").
   std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
   size_t value = 0;
   char unit = 0;

@@ -39,11 +39,10 @@ Isa parse_isa(const std::string& name);
 bool isa_supported(Isa isa);          // does this CPU have what the variant needs?
 std::vector<Isa> supported_isas();    // every variant this CPU runs, scalar first
 // The default variant: amx where the CPU and OS have it, else avx512bf16 where vdpbf16ps out-runs zmm FMAs
-// (dpbf16_outruns_fma), else avx512, else avx2, else scalar. On the project's Xeons vdpbf16ps retires ~1.3 G/s per
-// core against ~5.4 G/s for an FMA, and avx512's widen-and-FMA GEMM was faster (bench_linear, bf16 3072x1024,
-// 1 thread: M=8 1.46x M=1 against 1.66x); on a Zen 4 the vdpbf16ps GEMM makes 8-16 rows and prefill 1.3-1.8x
-// cheaper than avx512's (docs/benchmarks.md). amx makes a batch of up to 16 rows cost about what one row does on
-// a DRAM-bound model.
+// (dpbf16_outruns_fma), else avx512, else avx2, else scalar. Where vdpbf16ps retires fewer multiply-adds than the FMAs,
+// avx512's widen-and-FMA GEMM is faster; where it out-runs them, the vdpbf16ps GEMM makes 8-16 rows and prefill cheaper
+// than avx512's (docs/results/optimization-notes.md, "Default variant: widen-and-FMA or vdpbf16ps";
+// docs/benchmarks.md). amx makes a batch of up to 16 rows cost about what one row does on a DRAM-bound model.
 Isa best_isa();
 // Whether this CPU's vdpbf16ps (32 bf16 MACs per zmm) retires more multiply-adds per ns than its zmm FMAs (16
 // f32 MACs) by a clear margin (1.25x): measured once, in about 0.1 ms, by independent chains of each (the
@@ -85,9 +84,10 @@ int num_threads();
 // below the cost of handing work to a second thread; all cores otherwise.
 int default_threads_for(size_t weight_bytes);
 // What a command does once its target is loaded: threads (`threads` > 0, else default_threads_for), and, unless
-// the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step
-// of a cache-resident model costs ~1.35x on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a
-// DRAM-bound model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, Kernels).
+// the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step of a
+// cache-resident model costs more on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a DRAM-bound
+// model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, Kernels;
+// docs/results/optimization-notes.md, "Small models: avx512 instead of amx").
 void configure_for_model(size_t weight_bytes, int threads);
 
 }  // namespace ts

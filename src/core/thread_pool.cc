@@ -14,8 +14,9 @@
 namespace ts {
 namespace {
 
-// Pause iterations an idle worker spins before it sleeps: ~0.3 ms on Zen 4 (a pause is ~65 cycles), ~0.6 ms on
-// recent Intel cores. Within a forward the next op arrives within microseconds; between requests workers sleep.
+// Pause iterations an idle worker spins before it sleeps: a fraction of a millisecond, longer on cores with a longer
+// pause (docs/results/optimization-notes.md, "Thread pool: worker spin length"). Within a forward the next op arrives
+// within microseconds; between requests workers sleep.
 constexpr int kWorkerSpins = 1 << 14;
 // Pause iterations the caller spins on tasks still running elsewhere before it starts yielding its core (which
 // helps where a worker holding a task shares that core).

@@ -1,11 +1,12 @@
 // The kernels' threads: a fixed team that splits each op into tasks claimed one at a time, where the caller takes
 // part and waits only for tasks already started, never for a thread that has not woken up.
 //
-// Why not OpenMP (which the kernels used until 2026-12): a parallel region ends at a barrier that every team
-// thread must reach, so when the machine is busier than its cores a descheduled thread stalls every op for a
-// scheduler time slice. The shipped target's decode step (2 threads, 2 cores) measured 5.6 ms alone and 9.4 ms
-// beside one busy process under libgomp (6.4 ms with OMP_WAIT_POLICY=passive, which costs 30% when alone). Here
-// a thread that has not started by the time the others finish simply finds nothing left to claim.
+// Why not OpenMP (which the kernels used before this pool): a parallel region ends at a barrier that every team thread
+// must reach, so when the machine is busier than its cores a descheduled thread stalls every op for a scheduler time
+// slice. Under libgomp the shipped target's decode step slowed markedly beside one busy process, and
+// OMP_WAIT_POLICY=passive, which helps there, costs when the machine is idle (docs/results/optimization-notes.md,
+// "Thread pool instead of OpenMP"). Here a thread that has not started by the time the others finish simply finds
+// nothing left to claim.
 //
 // Idle workers spin briefly (ops follow each other within microseconds during a forward), then sleep on a futex
 // (std::atomic::wait). Which thread runs which task never changes a result: tasks are whole rows / column groups.

@@ -12,11 +12,11 @@
 
 namespace ts {
 
-// Token counts per sequence at which the adaptive policy's curve is measured: every k up to 8 and densely to 16.
-// The GEMMs' register tiles make L(b, k) a staircase in the rows b * k (flat while the rows fit one tile, then a
-// step), and pricing a node by interpolating between k = 4 and k = 8 put the step in the wrong place: on a Zen 4
-// it priced the 4th node at 0.8 ms where it cost 0.4, and the adaptive tree stopped a node short of the best
-// fixed one. Small k are cheap to measure; the large ones dominate the time.
+// Token counts per sequence at which the adaptive policy's curve is measured: every k up to 8 and densely to 16. The
+// GEMMs' register tiles make L(b, k) a staircase in the rows b * k (flat while the rows fit one tile, then a step), and
+// pricing a node by interpolating between k = 4 and k = 8 put the step in the wrong place: it overpriced the 4th node,
+// and the adaptive tree stopped a node short of the best fixed one (docs/results/optimization-notes.md, "Cost curve:
+// every k up to 8"). Small k are cheap to measure; the large ones dominate the time.
 std::vector<int> policy_token_counts();
 
 struct CostCurveOptions {

@@ -1,9 +1,9 @@
 // Memory for packed weights, backed by transparent huge pages where the kernel allows it.
 //
-// Why: a decode step streams every weight once, and on 4 KiB pages that is one TLB miss (a page walk) per 4 KiB
-// read, which the hardware prefetchers do not cross. On 2 MiB pages the same stream measured 20-25% more GB/s
-// (bench_linear, bf16 3072x1024 streamed from DRAM, 1 thread, Zen 4: 22 -> 27-29 GB/s). Debian's default THP
-// mode is "madvise", so the pages must be asked for (MADV_HUGEPAGE).
+// Why: a decode step streams every weight once, and on 4 KiB pages that is one TLB miss (a page walk) per 4 KiB read,
+// which the hardware prefetchers do not cross. On 2 MiB pages the same stream reads faster
+// (docs/results/optimization-notes.md, "Weights on transparent huge pages"). Debian's default THP mode is "madvise", so
+// the pages must be asked for (MADV_HUGEPAGE).
 //
 // A huge page is 2 MiB, so giving each matrix its own mapping would waste up to 2 MiB per matrix (a 0.5B model's
 // 4-6 MiB projections would grow 15%). Small blocks are therefore carved out of shared 64 MiB arenas, 64-byte

@@ -14,10 +14,11 @@ namespace ts::server {
 // The HTTP layer's view of a loaded bundle. Throws ts::Error when the target folder has no tokenizer.json.
 ServedModel describe_model(const ModelBundle& bundle, const std::string& name, int max_context);
 
-// Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so the first
-// client does not pay the process's one-off costs (first-touch of caches and buffers, the thread pool's start,
-// table builds): on the shipped pair the first step took 117-155 ms against ~7 ms after. The server's engine is
-// not involved, so its policy starts from nothing. Returns the ms it took.
+// Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so the first client
+// does not pay the process's one-off costs (first-touch of caches and buffers, the thread pool's start, table builds),
+// which make the first step many times slower than the next (docs/results/optimization-notes.md, "Server: warm-up
+// before the first client"). The server's engine is not involved, so its policy starts from nothing. Returns the ms it
+// took.
 double warm_up(ModelBundle& bundle);
 
 // 1, 2, 4, ... up to max_batch (max_batch itself included).

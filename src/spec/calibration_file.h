@@ -61,9 +61,9 @@ struct CalibrationTable {
   // Among the entries fitted under this filter (any at temperature 0), the one with the nearest temperature (the
   // lower one on ties); when none has this filter, the nearest temperature among all. With no entries: the
   // documented default Calibration{} (a = 1, b = 0, i.e. p_hat = q, the uncalibrated log-q priority).
-  // Why the filter counts: on the shipped pair an entry fitted at T = 1 with top-k 20, top-p 0.9 predicted half
-  // the draft tokens that unfiltered T = 1 rounds then accepted (0.68 against 1.33 per round for a 3-node chain),
-  // so the cost-priced trees stayed at ~2 nodes and ran 0.88-0.92x the chain.
+  // Why the filter counts: an entry fitted under a top-k / top-p filter predicts far fewer draft tokens than unfiltered
+  // rounds at that temperature accept, so the cost-priced trees stay too small and run slower than the chain
+  // (docs/results/optimization-notes.md, "Calibration lookup: the draft filter counts").
   Calibration lookup(double temperature, const DraftFilter& filter = {}) const;
   const CalibrationEntry* find(double temperature, const DraftFilter& filter = {}) const;  // lookup's entry
   // Replaces the entry with exactly this temperature and filter, or adds it; entries stay sorted by temperature.

@@ -7,8 +7,8 @@ namespace ts::spec {
 
 namespace {
 
-// In float: the shifts need ~1e-3 of accuracy (the calibration in use moves in kPublishStep = 0.1 steps), and a
-// float exp halves the cost of a pass over the window (1024 edges: ~4 us instead of ~8).
+// In float: the shifts need ~1e-3 of accuracy (the calibration in use moves in kPublishStep = 0.1 steps), and a float
+// exp makes a pass over the window cheaper (docs/results/optimization-notes.md, "Online calibration: float sigmoid").
 float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-std::clamp(z, -60.0f, 60.0f))); }
 
 }  // namespace
@@ -45,8 +45,8 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
     for (int k = 0; k < kRankBuckets; ++k) {
       const double step = gradient[k] / curvature[k];
       s[k] = std::clamp(s[k] + step, -kMaxShift, kMaxShift);
-      // Newton converges quadratically: after a step below 0.01 the next would be ~1e-4, far below kPublishStep,
-      // so one pass over the window per round is the rule once the fit tracks (~8 us per round at 1024 edges).
+      // Newton converges quadratically: after a step below 0.01 the next would be ~1e-4, far below kPublishStep, so one
+      // pass over the window per round is the rule once the fit tracks (microseconds per round).
       moving |= std::abs(step) >= 1e-2;
     }
   }

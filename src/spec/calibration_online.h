@@ -2,19 +2,19 @@
 //
 // The offline fit (calibration.h, `treespark calibrate`) is one (a, b, rank and depth offsets) per pair and
 // temperature, fitted on one prompt set. A request whose text is easier or harder for the drafter than that set gets
-// p_hat that is systematically off, and the cost-priced tree then buys nodes for survival that is not there. Measured
-// on the shipped pair (greedy, the README's code prompt, a Xeon's cost curve): the offline T = 0 entry predicted
-// 141 accepted draft tokens where 47 were accepted, and the 3-node trees ran 0.89x the target alone: on that text
-// first children are accepted less often than the entry says and later siblings more often (the drafter's second
-// guess is often the target's). Every round's verification labels its edges for free (verify.h), so the request
-// refits what it can afford to from them: one shift of the logit per sibling-rank bucket,
+// p_hat that is systematically off, and the cost-priced tree then buys nodes for survival that is not there, to the
+// point of running slower than the target alone: on the README's code prompt, for one, first children are accepted less
+// often than the offline T = 0 entry says and later siblings more often (the drafter's second guess is often the
+// target's). Every round's verification labels its edges for free (verify.h), so the request refits what it can afford
+// to from them: one shift of the logit per sibling-rank bucket,
 //     p_hat = sigmoid(a * logit(q) + b + rank_offset[bucket] + depth_offset[depth bucket] + shift[bucket]),
-// each the maximum a-posteriori shift on that bucket's edges among the last kWindow, under a Gaussian prior
-// centred at 0 (the offline fit) with precision kPriorPrecision (about 4 * kPriorPrecision edges of evidence
-// outweigh it). The buckets' edges are disjoint, so the shifts are four independent one-dimensional fits. With it
-// the same prompt and curve ran 1.63-1.65x (68 accepted, 80 predicted). Only labels of rounds already verified
-// enter, so the tree of a round depends on the past alone and verification stays lossless (the admission rule
-// never reads the draw it admits; docs/verification.md, rule 1).
+// each the maximum a-posteriori shift on that bucket's edges among the last kWindow, under a Gaussian prior centred at
+// 0 (the offline fit) with precision kPriorPrecision (about 4 * kPriorPrecision edges of evidence outweigh it). The
+// buckets' edges are disjoint, so the shifts are four independent one-dimensional fits. With it the predictions come
+// close to what is accepted and the same prompt gains from speculation (docs/results/optimization-notes.md, "Online
+// calibration: per-request shifts"). Only labels of rounds already verified enter, so the tree of a round depends on
+// the past alone and verification stays lossless (the admission rule never reads the draw it admits;
+// docs/verification.md, rule 1).
 // The calibration in use moves only when a fitted shift has moved kPublishStep from it: sampled expansion
 // tabulates p_hat per calibration (expand.cc, PHatTable), which a new value every round would rebuild every round.
 #pragma once

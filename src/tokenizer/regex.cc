@@ -64,7 +64,8 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern) {
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
   TS_CHECK(code, "cannot compile split regex /", pattern, "/: ", pcre2_message(error), " at offset ", offset);
-  // JIT makes the split ~5x faster; if it is unavailable the interpreter gives the same matches.
+  // JIT makes the split several times faster (docs/results/optimization-notes.md, "Tokenizer: PCRE2 JIT for the
+  // split regex"); if it is unavailable the interpreter gives the same matches.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   code_ = code;
 }

@@ -6,12 +6,12 @@
 // are n_kv_heads * head_dim floats apart, 1-4 KiB, which a per-pair walk over a long context would re-stream from L3
 // per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays in
 // registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers, outputs
-// accumulated through memory) spent ~50 cycles per (row, head, key).
-// A key block that a row sees whole (all of the cached prefix, for every row of a tree) goes to register tiles
-// over the pairs of all such rows: each key or value vector is loaded and widened once for up to 4 pairs
-// (score_tile, values_tile), not once per row. Zen 4, 1 thread, bf16 K/V after 512 keys, old and new alternated
-// 6 times (best of each): 8 and 16 rows 1.36-1.38x faster on avx512, 1.15-1.19x on avx2; 1 row 1.0-1.1x. The
-// rest of a row's keys (a tree's own nodes) take the per-row path (score_keys, accumulate_values).
+// accumulated through memory) paid those overheads on every (row, head, key) (docs/results/optimization-notes.md,
+// "Attention: key blocks"). A key block that a row sees whole (all of the cached prefix, for every row of a tree) goes
+// to register tiles over the pairs of all such rows: each key or value vector is loaded and widened once for up to 4
+// pairs (score_tile, values_tile), not once per row, which makes multi-row calls faster and one row no slower
+// (docs/results/optimization-notes.md, "Attention: dense register tiles"). The rest of a row's keys (a tree's own
+// nodes) take the per-row path (score_keys, accumulate_values).
 // For each (query row i, head h) pair:
 //   1. score_t = scale * dot(q, k_j) for its visible keys j ascending (t = 0, 1, ...); each dot is one FMA chain
 //      of kW lanes over head_dim and reduce_add4's fixed horizontal order
@@ -33,11 +33,10 @@
 namespace ts::kernels::cpu::TS_SIMD_NS {
 namespace {
 
-// Query rows per task: on AVX-512, 16 while that still leaves a task per pool thread, else 8. Each task streams
-// its KV head's keys and values once, so 8-row tasks read every head's K/V twice for a 16-row verify. One layer
-// of the 0.5B model (16/8 heads of 128, bf16 K/V after 512 keys), 2 threads, Xeon 6/207, 8 -> 16 rows per task,
-// min of 200, three alternations: 16 rows 598-657 -> 591-595 us, 32 rows 1099-1267 -> 980-1113 us. On AVX2 the
-// same change measured 3-4% slower (its tiles are smaller and the larger score scratch crowds L1), so it stays 8.
+// Query rows per task: on AVX-512, 16 while that still leaves a task per pool thread, else 8. Each task streams its KV
+// head's keys and values once, so 8-row tasks read every head's K/V twice for a 16-row verify. On AVX2 the same change
+// was slower (its tiles are smaller and the larger score scratch crowds L1), so it stays 8
+// (docs/results/optimization-notes.md, "Attention: 16 query rows per task on AVX-512").
 constexpr int kRowsPerTask = TS_SIMD_WIDTH == 16 ? 16 : 8, kRowsPerSmallTask = 8;
 inline int rows_per_task(int n_q, int n_kv_heads) {
   const int64_t big_tasks = int64_t(n_kv_heads) * ((n_q + kRowsPerTask - 1) / kRowsPerTask);
@@ -70,12 +69,11 @@ inline void prefetch_row(const KvT* row, int n) {
 // Elements [0, min(n, kW)) of a K/V row widened to f32, zeros past n.
 TS_SIMD inline V load_kv(const float* p, int64_t n) { return load_n(p, n); }
 TS_SIMD inline V load_kv(const uint16_t* p, int64_t n) { return load_bf16_n(p, n); }
-// load_kv for a vector known to be whole (kFull: head_dim a multiple of kW, as in every real model): no length
-// test per load, which the compiler could not hoist out of the key loops. bench_attention, 1 thread, Zen 4, avx2,
-// bf16 K/V, best of 4 alternated runs: prefix 128 x 8 rows 190 -> 169 us, 1024 x 8 1713 -> 1556, 1024 x 32
-// 6302 -> 5743. Only there: with f32 rows, or on AVX-512 (whose partial loads are one masked instruction, no
-// branch), the same paths measured 4-15% slower. (The dense tiles below load whole vectors on every ISA: there
-// they measured no slower.)
+// load_kv for a vector known to be whole (kFull: head_dim a multiple of kW, as in every real model): no length test per
+// load, which the compiler could not hoist out of the key loops. Only with bf16 rows on avx2, where it is faster: with
+// f32 rows, or on AVX-512 (whose partial loads are one masked instruction, no branch), the same paths were slower. (The
+// dense tiles below load whole vectors on every ISA: there they are no slower.) docs/results/optimization-notes.md,
+// "Attention (avx2, bf16 K/V): whole-vector paths".
 template <typename KvT>
 constexpr bool kWholeVectorPaths = TS_SIMD_WIDTH == 8 && std::is_same_v<KvT, uint16_t>;
 template <bool kFull, typename T>
@@ -182,19 +180,17 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 // reduce_add4's order for that key alone) and values_pass' (one FMA per key, ascending), so a row's bits do not
 // depend on whether it ran here or in the per-row path.
 // Tile shapes by the number of pairs kQ in the tile (a task's last tile may have fewer): keys per score pass,
-// value vectors per value pass.
+// value vectors per value pass (docs/results/optimization-notes.md, "Attention (avx512): 4 value vectors per pass"
+// and "Attention (avx2): 6 pairs per tile").
 #if TS_SIMD_WIDTH == 16
 constexpr int kScoreQueries = 4;  // x 4 keys: 16 accumulators + 4 keys of 32 zmm
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
 constexpr int score_keys_per_pass(int) { return 4; }
-constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) measured 1.4x slower
+constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) was slower
 #else
 // 6 pairs per tile, not 3 (scores) and 4 (values): each key or value vector is widened once per 6 pairs, and 12
-// accumulators hide the FMA latency where 8 or 9 did not. bench_attention 2 threads, Xeon 6/167, bf16 head-major,
-// 3 alternations: prefix 512 x 8 rows 306-316 -> 271-279 us, 512 x 32 1193-1255 -> 1042-1095, 1024 x 8 581-617 ->
-// 516-534, 4096 x 8 2809-2880 -> 2532-2566; K/V cold: 512 x 8 393-402 -> 365-367, 4096 x 8 3000-3048 ->
-// 2813-2886; one row unchanged (2 pairs). In the 0.5B forward that is within noise at a 512-token context and 1-2%
-// at 2048 (k = 16 169.6-172.5 -> 167.9-168.4 ms). The same on AVX-512 (6 x 4, 8 x 3) measured no faster.
+// accumulators hide the FMA latency where 8 or 9 did not. One row is unchanged (2 pairs), and in a whole forward the
+// gain shows at long contexts only. The same on AVX-512 (6 x 4, 8 x 3) was no faster.
 constexpr int kScoreQueries = 6;  // 5-6 pairs x 2 keys: 12 accumulators + 2 keys + 1 query of 16 ymm
 constexpr int kValueQueries = 6;  // 3-6 pairs x 2 vectors: 12 accumulators + 2 values + 1 weight
 constexpr int score_keys_per_pass(int q) { return q <= 2 ? 4 : q <= 4 ? 3 : 2; }  // 2 x 4 as 3 x 3; 4 x 3: 16 regs
@@ -384,8 +380,8 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     s.cursor[i] = t1;
   };
   // Software prefetch only for strided rows (row-major: one head's rows kv_dim apart, a new page every few keys).
-  // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost:
-  // bench_attention 1 cold, bf16, 1 row, avx512bf16: 4096 keys 1217-1301 us with them, 924-1024 without.
+  // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost
+  // (docs/results/optimization-notes.md, "Attention: software prefetch only for strided K/V rows").
   const bool prefetch = kv_stride != size_t(head_dim);
   const bool whole_vectors = kWholeVectorPaths<KvT> && head_dim % kW == 0;  // the per-row path
   const bool dense_whole = head_dim % kW == 0;                               // the dense tiles
@@ -521,8 +517,8 @@ bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
   // Pointers, not the names: inside the task a thread_local name would be the worker's own (empty) copy.
   const int* keys = key_lists.data();   // [n_q, n_kv]
   const int* n_vis = n_vis_lists.data();  // [n_q]
-  // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens
-  // of microseconds), well past the ~5 us a hand-off costs.
+  // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens of
+  // microseconds), well past the few microseconds a hand-off costs.
   parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
     thread_local TaskScratch scratch;
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);

@@ -1,10 +1,10 @@
 // Packed column-group GEMM (layout in gemm_packed.h), written once against the vector layer and compiled per ISA
 // by gemm_avx2.cc and gemm_avx512.cc: f32 FMA for both weight types.
 //
-// Why not vdpbf16ps for bf16 here: on this project's Xeons it retired ~1.3 G/s per core against ~5.4 G/s for a
-// zmm FMA (measured, independent chains), so widening bf16 -> f32 in registers (one shift or one and per vector
-// of weights) and using FMA has twice the arithmetic rate, which is what decides the cost of a tree batch of
-// 8-16 rows. The vdpbf16ps kernel is the separate avx512bf16 variant (gemm_avx512bf16.cc).
+// Why not vdpbf16ps for bf16 here: where vdpbf16ps retires fewer multiply-adds than zmm FMAs, widening bf16 -> f32 in
+// registers (one shift or one and per vector of weights) and using FMA has the higher arithmetic rate, which is what
+// decides the cost of a tree batch of 8-16 rows (docs/results/optimization-notes.md, "Default variant: widen-and-FMA
+// or vdpbf16ps"). The vdpbf16ps kernel is the separate avx512bf16 variant (gemm_avx512bf16.cc).
 //
 // Register tile: R rows x P panels of kW columns. Per k step the tile loads its weight vectors once and reuses
 // them for every row, so a batch of 8 rows streams the weights once (the cost of a tree batch is then mostly the
@@ -27,17 +27,13 @@ constexpr int kPanels = kGroupCols / kW;  // panels of kW columns per 64-column 
 constexpr int kChunkPairs = 256;  // k pairs per chunk (bf16: 64 cols x 512 k x 2 B = 64 KiB of weights)
 constexpr int kChunkK = 256;      // k per chunk (f32: 64 cols x 256 k x 4 B = 64 KiB)
 // Software prefetch. A chunk's first pass (row tile x panel subset) is the one that touches its weights first; the
-// other passes find them in L2. With one pass per chunk (one row: one tile of all panels) that pass prefetches its
-// own stream kPrefetchSteps k steps (4 KiB) ahead. With several, every pass prefetches an equal slice of the
-// NEXT chunk, so DRAM keeps streaming while the later passes compute; prefetching only in the first pass made
-// memory and arithmetic take turns. bench_linear, bf16 3072x1024 from DRAM, 1 thread, Zen 4, avx2 (8 rows = 8
-// passes): 8 rows 700-730 -> 550-560 us, 16 rows 1200-1220 -> 1020-1100 us; avx512 (2-4 passes) unchanged.
-// The next chunk's slices go to L2 only (prefetcht1): into L1 they evicted the lines the passes were reading and
-// held L1 fill buffers for DRAM misses. bf16, 0.5B model forward, ctx 512, 2 threads, Xeon 6/167, T0 against T1
-// alternated 3 times: avx512 k=6 52.1-54.1 -> 48.1-49.6 ms, k=8 60.1-62.7 -> 55.6-58.3, k=16 76.4-79.3 ->
-// 73.4-80.5; avx2 k=2 43.8-45.5 -> 40.7-41.5, k=6 57.1-58.4 -> 53.4-53.7, k=8 70.6-72.2 -> 68.6-70.3; k=1 (one
-// pass, its own stream into L1) unchanged. Two chunks ahead instead of one: no better; no software prefetch with
-// several passes: k=8 88 ms.
+// other passes find them in L2. With one pass per chunk (one row: one tile of all panels) that pass prefetches its own
+// stream kPrefetchSteps k steps (4 KiB) ahead. With several, every pass prefetches an equal slice of the NEXT chunk, so
+// DRAM keeps streaming while the later passes compute; prefetching only in the first pass made memory and arithmetic
+// take turns, and no software prefetch at all was slower still. The next chunk's slices go to L2 only (prefetcht1):
+// into L1 they evicted the lines the passes were reading and held L1 fill buffers for DRAM misses. Two chunks ahead
+// instead of one was no better (docs/results/optimization-notes.md, "GEMM: every pass prefetches a slice of the next
+// chunk" and "GEMM: next-chunk prefetch into L2").
 constexpr int kPrefetchSteps = 16;
 
 // Valid columns of panel p, given `cols` valid columns from the tile's first panel.
@@ -254,9 +250,9 @@ constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 //   1 row: 1 x 8 panels, panels widened one at a time (8 + 2 + 2);  2 rows: 2 x 4 the same way (8 + 2 + 4);
 //   3 rows: 3 x 3 (9 + 3 + 1 + the mask), the group's last pass 3 x 2;  4-5 rows: 4-5 x 2 (up to 10 + 2 + 1 + 1);
 //   6 rows: 6 x 2 (12 + 2 + 1, the mask read from memory).
-// Microbenchmark of the tiles alone, weights in L2, 1 thread, Zen 4 (ymm FMA peak ~59 MAC/ns): 1 x 8 29-33
-// MAC/ns (one row is bound by the chain latency, and by memory anyway), 2 x 4 38-47, 3 x 2 35-41 -> 3 x 3 43-48,
-// 4 x 2 43-51, 5 x 2 (both weight halves live) 43-53 -> (halves in turn) 48-56, 6 x 2 48-57.
+// Tiles measured alone (weights in L2): one row is bound by the chain latency (and by memory anyway), 3 x 3 beats
+// 3 x 2, 5 x 2 is faster with its weight halves widened in turn than with both live, and 6 x 2 is the fastest
+// (docs/results/optimization-notes.md, "GEMM (avx2): bf16 register tiles").
 constexpr Tiles<uint16_t> kBf16 = {6,
                                    {{},
                                     {8, tile_bf16<1, 8, true>, nullptr},
@@ -266,17 +262,14 @@ constexpr Tiles<uint16_t> kBf16 = {6,
                                     {2, tile_bf16<5, 2, false>, nullptr},
                                     {2, tile_bf16<6, 2, false>, nullptr}},
                                    true};
-// Whole 6-row tiles first for 7-9 and 13-15 rows (tile_rows): 8 rows as 6 + 2 keep three quarters of the rows
-// in the fastest tile (6 x 2: 55 MAC/ns in bench_gemm_tiles on a Xeon 6/167) where 4 + 4 ran all of them at 4 x 2's
-// 45. 0.5B model forward, ctx 512, 2 threads, Xeon 6/167, even split against whole tiles first, alternated 3 times
-// (ms): k=7 62.7-64.2 -> 56.8-60.9, k=8 68.7-69.8 -> 62.6-66.1, k=9 75.2-77.1 -> 70.0-74.9, k=13 100.1-101.1 ->
-// 91.8-98.3, k=14 103.2-104.1 -> 97.3-102.6; at 10 and 16 rows (remainder 4) whole tiles first was 0-6% slower,
-// at 15 even. (The same rule with 8-row tiles on AVX-512 measured no faster.)
-// A call of 2-5 rows streams its weights from DRAM in the cases that matter (a tree verify), and there 3 rows ran
-// faster as 3 x 2 (4 passes per chunk) than as 3 x 3 (3 passes, whose prefetch slices are not whole lines per
-// k step): interleaved runs, 2 threads, Zen 4, bf16 4096x512 / 512x1536 / 512x512 / 1536x512 from DRAM, 3 rows
-// 121-129 / 58 / 28 / 60.5 us against 131-141 / 62-68 / 29-31 / 60.5-62.4. With the weights in L3, 3 x 3 was
-// ~12% faster, so it stays for the 3-row tiles of bigger calls (7 = 4 + 3 rows, ...).
+// Whole 6-row tiles first for 7-9 and 13-15 rows (tile_rows): 8 rows as 6 + 2 keep three quarters of the rows in the
+// fastest tile (6 x 2) where 4 + 4 ran all of them at 4 x 2's slower rate. At 10 and 16 rows (remainder 4) whole tiles
+// first was no faster, nor the same rule with 8-row tiles on AVX-512 (docs/results/optimization-notes.md,
+// "GEMM (avx2): whole 6-row tiles first").
+// A call of 2-5 rows streams its weights from DRAM in the cases that matter (a tree verify), and there 3 rows run
+// faster as 3 x 2 (4 passes per chunk) than as 3 x 3 (3 passes, whose prefetch slices are not whole lines per k step).
+// With the weights in L3, 3 x 3 is faster, so it stays for the 3-row tiles of bigger calls (7 = 4 + 3 rows, ...)
+// (docs/results/optimization-notes.md, "GEMM (avx2): 3 x 2 tiles for 3-row calls").
 constexpr Tiles<uint16_t> kBf16FewRows = {5,
                                           {{},
                                            kBf16.shape[1],
@@ -294,25 +287,22 @@ constexpr Tiles<float> kF32 = {6,
                                 {2, tile_f32<4, 2>, nullptr},
                                 {2, tile_f32<5, 2>, nullptr},
                                 {2, tile_f32<6, 2>, nullptr}}};
-// With 2-5 rows a 64 KiB chunk takes 2-4 passes whose compute is about as long as its DRAM read, and the two
-// overlapped poorly (the later passes' L2 reads seem to queue behind the prefetches' DRAM misses): 8 KiB chunks,
-// which stay in L1 between passes, prefetched two chunks ahead. bench_linear bf16 2048x768 from DRAM, 1 thread,
-// Zen 4, avx2, with the tiles above: 2 rows 1.50x -> 1.20x one row's time, 3 rows 1.72x -> 1.41x, 5 rows 1.83x
-// -> 1.66x. At 6 rows and more compute dominates: 8 or 16 KiB chunks made no difference there (shipped target,
-// k = 6-12, and bench_linear 1536x512, 2 threads), so 64 KiB chunks stayed then (fewer passes per byte); since the
-// next-chunk slices go to L2, 16 KiB chunks two ahead won (kBf16ManyRowChunks, below).
+// With 2-5 rows a 64 KiB chunk takes 2-4 passes whose compute is about as long as its DRAM read, and the two overlapped
+// poorly (the later passes' L2 reads seem to queue behind the prefetches' DRAM misses): 8 KiB chunks, which stay in L1
+// between passes, prefetched two chunks ahead, bring 2-5 rows closer to one row's time. At 6 rows and more compute
+// dominates: 8 or 16 KiB chunks made no difference there, so 64 KiB chunks stayed then (fewer passes per byte); since
+// the next-chunk slices go to L2, 16 KiB chunks two ahead won (kBf16ManyRowChunks, below).
+// (docs/results/optimization-notes.md, "GEMM (avx2): 8 KiB chunks for 2-5 rows".)
 constexpr ChunkPlan kBf16Chunks = {kChunkPairs, 1};
 constexpr ChunkPlan kBf16FewRowChunks = {32, 2};
 #else
 #error "gemm-inl.h: unsupported TS_SIMD_WIDTH"
 #endif
-// 6-16 rows (a tree verify: several passes per chunk on either width): 16 KiB chunks, prefetched two chunks ahead
-// into L2. 0.5B model forward, ctx 512, 2 threads, Xeon 6/167, against 64 KiB chunks one ahead, alternated 3 times
-// each: avx2 k=7 64.0-67.4 -> 62.1-63.3 ms, k=8 67.4-72.0 -> 66.4-69.7 (two sets), k=12 88.0-90.5 -> 85.8-89.2,
-// k=16 113.9-118.3 -> 111.7-114.2; avx512 k=8 56.3-57.3 -> 54.4-56.3, k=16 77.4-78.7 -> 73.7-77.2; 8 KiB chunks
-// (avx2) no better than 64. With them for every row count a 128-token prefill measured 10-20% slower in one run
-// (not told apart from the host's drift), so longer batches keep 64 KiB chunks. Chunking never changes a row's
-// arithmetic (partial sums go through y exactly).
+// 6-16 rows (a tree verify: several passes per chunk on either width): 16 KiB chunks, prefetched two chunks ahead into
+// L2, run faster than 64 KiB chunks one ahead on both widths; 8 KiB chunks (avx2) were no better than 64. Used for
+// every row count they made a 128-token prefill slower in one run (not told apart from the host's drift), so longer
+// batches keep 64 KiB chunks (docs/results/optimization-notes.md, "GEMM: 16 KiB chunks two ahead for 6-16 rows").
+// Chunking never changes a row's arithmetic (partial sums go through y exactly).
 constexpr ChunkPlan kBf16ManyRowChunks = {64, 2};
 inline bool many_row_chunks(int rows) { return rows >= 6 && rows <= 16; }
 

@@ -1,8 +1,8 @@
 // The amx variant's bf16 GEMM: Intel AMX tiles (tdpbf16ps) on the same packed layout (gemm_packed.h).
 //
-// Why: a tree batch of 8-16 rows is compute-bound on AVX-512 FMA (measured: k=8 costs 1.7-2x k=1 on a
-// DRAM-bound model), while one tdpbf16ps does 16 x 16 x 32 multiply-adds; with tiles the weights' streaming is
-// the whole cost for any batch up to 16 rows, which is what speculative decoding needs.
+// Why: a tree batch of 8-16 rows is compute-bound on AVX-512 FMA (k=8 costs well above k=1 even on a DRAM-bound model:
+// docs/results/optimization-notes.md, "AMX GEMM: why tiles"), while one tdpbf16ps does 16 x 16 x 32 multiply-adds; with
+// tiles the weights' streaming is the whole cost for any batch up to 16 rows, which is what speculative decoding needs.
 //
 // Layout fit: for one 64-column group the packed weights are [k_pairs][64 cols][2] bf16, so 16 k pairs of one
 // 16-column panel are a B tile as it is: 16 rows of 64 bytes, row stride 256 bytes. A is the activations as
@@ -48,8 +48,9 @@ struct alignas(64) TileConfig {
 // Every tile 64 bytes wide: C0-3 (tmm0-3, a_rows x 16 f32), A (tmm4 and tmm7, alternating between steps, a_rows
 // x 32 bf16), B (tmm5 and tmm6, alternating between panels, 16 pairs x 16 columns), so a load never waits for the
 // product still reading its tile. A row block of fewer than 16 rows configures A and C with its own row count
-// rather than padding with zero rows: one decode row then loads 64 bytes of A per step instead of 1 KiB and
-// multiplies one row, 10-25% faster at one row (weights from DRAM; the tile products are not the cost there).
+// rather than padding with zero rows: one decode row then loads 64 bytes of A per step instead of 1 KiB and multiplies
+// one row, which is faster at one row even with the weights from DRAM, where the tile products are not the cost
+// (docs/results/optimization-notes.md, "AMX GEMM: A and C tiles sized to the row block").
 // A row's products never depend on the tile's other rows, so the bits do not change (batch-invariance tests).
 TileConfig make_config(int a_rows) {
   TileConfig c;
@@ -58,8 +59,8 @@ TileConfig make_config(int a_rows) {
 }
 
 // The weights kPrefetchSteps steps ahead (a step is 4 KiB: 64 lines), which tile loads do not ask for on their own.
-// One step ahead streamed 5-20% faster than two at 1-16 rows (Xeon model 167, 2 threads, weights from DRAM);
-// none at all was 25-40% slower.
+// Prefetching one step ahead streams faster than two at 1-16 rows, and none at all is slower
+// (docs/results/optimization-notes.md, "AMX GEMM: prefetch distance").
 constexpr int kPrefetchSteps = 1;
 TS_AMX inline void prefetch_ahead(const uint16_t* w) {
   const char* p = reinterpret_cast<const char*>(w) + kPrefetchSteps * kStepPairs * kWeightRowBytes;

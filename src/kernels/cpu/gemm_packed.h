@@ -28,11 +28,12 @@ inline int gemm_k_padded_bf16(int in_features) { return (in_features + 1) & ~1; 
 // the group (16 x 64 cols x 2 x 2 bytes). Its activations there are zero, so what it reads adds nothing.
 constexpr size_t kPackedSlackBytes = 16 * 64 * 2 * 2;
 
-// Whether a GEMM call is worth handing to the thread pool (a hand-off costs ~1-5 us): at least 1M multiply-adds
-// (10-50 us of arithmetic on one core), or at least 256 KiB of weights. One row streams its weights, and they come
-// from L3 or DRAM, 8-25 us for 256 KiB on one core, where a second core adds bandwidth: with the multiply-add rule
-// alone the shipped 130 MB target's fused q/k/v, o and down projections (0.26-0.79 M multiply-adds per row) ran on
-// the calling thread at one row, and the worker idled 64% of a decode step (Zen 3, avx2, 2 threads).
+// Whether a GEMM call is worth handing to the thread pool (a hand-off costs microseconds): at least 1M multiply-adds
+// (tens of microseconds of arithmetic on one core), or at least 256 KiB of weights. One row streams its weights, and
+// they come from L3 or DRAM, where a second core adds bandwidth: with the multiply-add rule alone the shipped 130 MB
+// target's fused q/k/v, o and down projections (0.26-0.79 M multiply-adds per row) ran on the calling thread at one
+// row, and the worker idled for much of a decode step (docs/results/optimization-notes.md, "GEMM: when a call goes to
+// the thread pool").
 constexpr int64_t kParallelMinMacs = int64_t(1) << 20;
 constexpr int64_t kParallelMinWeightBytes = int64_t(256) << 10;
 inline bool gemm_worth_threads(int rows, int out_features, int in_features, int bytes_per_weight) {

@@ -11,8 +11,8 @@
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
 
-// Below this many elements a parallel region costs more than it saves (a hand-off is ~5 us; these ops stream
-// ~10 floats per ns on one core, so 32k elements are a few microseconds of work).
+// Below this many elements a parallel region costs more than it saves: a hand-off costs a few microseconds, about what
+// these ops take to stream 32k elements on one core (docs/results/optimization-notes.md, "Thread hand-off cost").
 constexpr int64_t kParallelMinElems = 1 << 15;
 
 // Vectors [v0, v1) of [0, n) (vector v covers elements v kW ...).

@@ -1,5 +1,6 @@
-// Internal: how the kernels split work over threads (core/thread_pool.h). Small calls never reach the pool: even
-// a hand-off to a spinning worker costs ~1 us, and a tiny model's decode step runs ~60 kernels.
+// Internal: how the kernels split work over threads (core/thread_pool.h). Small calls never reach the pool: even a
+// hand-off to a spinning worker costs about a microsecond, and a tiny model's decode step runs ~60 kernels
+// (docs/results/optimization-notes.md, "Thread hand-off cost").
 // Splits only ever assign whole rows / column groups / vectors to tasks, so results never depend on the threads.
 #pragma once
 
@@ -10,10 +11,11 @@
 
 namespace ts::kernels::cpu {
 
-// Tasks per thread for range splits: one contiguous range each, as a static split would give. The claiming alone
-// keeps a descheduled thread from stalling the op (the caller takes its range if it has not started). Four per
-// thread measured no better beside a busy process and 5-15% slower on the 0.5B model's multi-row forwards: the
-// GEMM prefetches the next column group of its own range, which smaller, interleaved ranges break more often.
+// Tasks per thread for range splits: one contiguous range each, as a static split would give. The claiming alone keeps
+// a descheduled thread from stalling the op (the caller takes its range if it has not started). Four per thread were no
+// better beside a busy process and slower on multi-row forwards: the GEMM prefetches the next column group of its own
+// range, which smaller, interleaved ranges break more often (docs/results/optimization-notes.md, "Range splits: one
+// task per thread").
 constexpr int64_t kTasksPerThread = 1;
 
 // body(begin, end) over [0, n) in contiguous ranges, handed out to the pool's threads; on the calling thread

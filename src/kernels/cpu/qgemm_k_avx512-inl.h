@@ -15,7 +15,8 @@ namespace {
 
 // Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
 // (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
-// alone a 1-thread M=1 Q4_K product streamed from DRAM at half of Q4_0's bandwidth (Zen 5), at most 1.3x in cache.
+// alone a one-row Q4_K product streams from DRAM well below Q4_0's bandwidth (docs/results/optimization-notes.md,
+// "K-quant GEMM: software prefetch of the weight stream").
 constexpr int kPrefetchSupers = 2;
 template <size_t kSuperBytes>
 TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
