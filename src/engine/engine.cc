@@ -100,6 +100,13 @@ void Engine::validate(const Request& r) const {
   }
   if (o.min_tokens < 0 || o.min_tokens > o.max_new_tokens)
     bad(cat("min_tokens must be in [0, max_new_tokens = ", o.max_new_tokens, "], got ", o.min_tokens));
+  // Written as !(in range) so that NaN is refused too.
+  if (!(o.presence_penalty >= -2 && o.presence_penalty <= 2))
+    bad(cat("presence_penalty must be in [-2, 2], got ", o.presence_penalty));
+  if (!(o.frequency_penalty >= -2 && o.frequency_penalty <= 2))
+    bad(cat("frequency_penalty must be in [-2, 2], got ", o.frequency_penalty));
+  if (!(o.repetition_penalty > 0 && o.repetition_penalty <= 10))
+    bad(cat("repetition_penalty must be in (0, 10], got ", o.repetition_penalty));
   if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
     bad(cat("logprobs must be -1 (off) or in [0, ", kMaxTopLogprobs, "], got ", o.logprobs));
   const int max_ctx = std::min(o.max_context, max_context_);
@@ -144,6 +151,8 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   live->reserve_rows = live->context_rows + tree_rows(o) +
                        (live->speculative ? drafter_->block_size() : 0);
   live->stats.prompt_tokens = int(request.prompt.size());
+  live->penalties = PenaltyHistory(PenaltyParams{o.presence_penalty, o.frequency_penalty, o.repetition_penalty},
+                                   request.prompt);
   if (live->speculative) live->stats.accepted_at_depth.assign(drafter_->block_size() + 1, 0);
   live->t_add_ms = now_ms();
 
@@ -195,6 +204,7 @@ void Engine::emit(Live& live, int32_t token, const float* logits) {
   if (o.logprobs >= 0)
     live.step_logprobs.push_back(token_logprobs(logits, target_.config().vocab_size, token, o.logprobs));
   live.generated.push_back(token);
+  live.penalties.add_generated(token);  // nothing when the penalties are neutral
   live.step_tokens.push_back(token);
   if (std::find(o.stop_ids.begin(), o.stop_ids.end(), token) != o.stop_ids.end()) {
     live.finish = FinishReason::Stop;

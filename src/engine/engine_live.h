@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "sampling/chooser.h"
+#include "sampling/penalties.h"
 #include "spec/calibration_online.h"
 #include "spec/draft_tree.h"
 
@@ -37,6 +38,9 @@ struct Engine::Live {
   std::vector<int32_t> backlog_positions;  // [rows]
   int32_t anchor = -1;           // newest token: emitted, not yet in the cache
   std::vector<int32_t> generated;
+  // Token counts the sampling penalties read (prompt with repetition_penalty, generated), updated by emit();
+  // inactive (empty, never read) when the request's three penalties are neutral.
+  PenaltyHistory penalties;
   std::vector<int32_t> step_tokens;  // tokens made final in the current step (sent as one event)
   std::vector<TokenLogprobs> step_logprobs;  // [step_tokens.size()] with options.logprobs >= 0, else empty
   FinishReason finish = FinishReason::None;

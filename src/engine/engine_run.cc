@@ -9,6 +9,7 @@
 #include "engine/engine_live.h"
 #include "sampling/distribution.h"
 #include "sampling/logit_adjust.h"
+#include "sampling/penalties.h"
 #include "spec/verify.h"
 
 namespace ts {
@@ -26,7 +27,8 @@ struct Engine::Item {
   std::vector<int32_t> tokens, positions;  // [rows] of this request in the target forward
   std::vector<uint8_t> visible;     // [rows, rows]; empty = causal
   std::vector<int32_t> logit_rows;  // local rows whose logits are needed
-  // Where the forward left this request's outputs (its logits rows are edited in place: logit_bias, min_tokens).
+  // Where the forward left this request's outputs (its logits rows are edited in place: logit_bias, min_tokens,
+  // penalties).
   ForwardResult* result = nullptr;
   int result_rows = 0;              // rows of that forward
   int row0 = 0;                     // first row of this request in it
@@ -107,12 +109,21 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   const RequestOptions& o = live.request.options;
   // This request's logits rows: [logit_rows, V]. Each is edited for the token it predicts: the prefill's and a
   // plain step's row predict token number generated.size(); a tree node's row at depth d, generated.size() + d.
+  // First logit_bias and the min_tokens mask, then the penalties (sampling/penalties.h): a tree node's row counts
+  // the draft tokens on its own path as generated, a plain row only the generated tokens.
   float* logits = fr.logits.data() + size_t(item.logit0) * V;
   const int64_t generated = int64_t(live.generated.size());
   if (edits_from(o, generated)) {
     for (int r = 0; r < int(item.logit_rows.size()); ++r) {
       const int depth = item.kind == Item::Spec ? item.tree.depth[size_t(r)] : 0;
       apply_logit_edits(edits_at(o, generated + depth), V, logits + size_t(r) * V);
+    }
+  }
+  if (live.penalties.active() && !item.logit_rows.empty()) {
+    if (item.kind == Item::Spec) {  // logit row r is tree node r
+      live.penalties.apply_to_tree(item.tree.token.data(), item.tree.parent.data(), item.tree.size(), V, logits);
+    } else {
+      live.penalties.apply(nullptr, 0, V, logits);
     }
   }
   // The drafter's new context rows: the target's taps at the kept local rows.  taps: [rows, n_taps * H]
@@ -295,17 +306,25 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
       };
       // The request's logit edits on q too, per depth like the target's rows: a child at depth d is generated
       // token number generated.size() + d - 1. Expansion and verify() read q through these same functions.
+      // The penalties on q use the generated tokens only, the same at every depth (q sees only the parent, not the
+      // path): a cheap approximation of the target's per-path penalties, and exact all the same, since any q is
+      // lossless as long as expansion and verification read the same one.
       const RequestOptions& o = live.request.options;
       const int64_t generated = int64_t(live.generated.size());
-      if (edits_from(o, generated)) {
-        it.source.base_logits = [base, V, &o, generated](int depth, float* out) {
+      const bool edits = edits_from(o, generated);
+      const PenaltyHistory* penalties = live.penalties.active() ? &live.penalties : nullptr;
+      if (edits || penalties) {
+        it.source.base_logits = [base, V, &o, generated, edits, penalties](int depth, float* out) {
           std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
-          apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+          if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+          if (penalties) penalties->apply(nullptr, 0, V, out);
         };
-        it.source.conditional_logits = [base, V, d, &o, generated](int depth, int32_t parent, float* out) {
+        it.source.conditional_logits = [base, V, d, &o, generated, edits, penalties](int depth, int32_t parent,
+                                                                                      float* out) {
           std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
           d->add_markov_bias(parent, out);
-          apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+          if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+          if (penalties) penalties->apply(nullptr, 0, V, out);
         };
       }
       spec::TreeParams params = live.tree;

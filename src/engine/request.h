@@ -38,11 +38,21 @@ struct RequestOptions {
   // emitted; max_new_tokens and the context limit still end the request). In a draft tree the row of a node at
   // depth d predicts token number generated + d, so the mask is per depth. 0 = off; <= max_new_tokens.
   int min_tokens = 0;
+  // Sampling penalties (sampling/penalties.h), applied after logit_bias and the min_tokens mask, before
+  // temperature and the filters (vLLM v1's order). With c = the count of token t among the tokens this request has
+  // generated (not the prompt): OpenAI's logit[t] -= frequency_penalty * c + presence_penalty * (c > 0), each in
+  // [-2, 2] (positive discourages repeats); and vLLM's / HF's repetition_penalty in (0, 10] for every t in the
+  // prompt or the generated tokens: logit[t] = logit[t] > 0 ? logit[t] / p : logit[t] * p (> 1 discourages,
+  // 1 = off). In a draft tree each node's row counts the draft tokens on its own path as generated, so
+  // speculation stays lossless with respect to the penalized target. Neutral values (0, 0, 1) cost nothing.
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  float repetition_penalty = 1;
   // -1: off. k in [0, 20]: every emitted token comes with its logprob and the k most likely alternatives
-  // (RequestEvent::logprobs): log_softmax of the target's logits after logit_bias and the min_tokens mask, BEFORE
-  // temperature and the top-k / top-p / min-p filters, at any temperature (vLLM's default raw logprobs, plus the
-  // bias and mask; definition in sampling/logprobs.h). Speculation does not change them: a token's values equal
-  // those of a plain (mode None) run over the same prefix.
+  // (RequestEvent::logprobs): log_softmax of the target's logits after ALL the edits above (logit_bias, the
+  // min_tokens mask, the penalties), BEFORE temperature and the top-k / top-p / min-p filters, at any temperature
+  // (vLLM's raw logprobs plus the request's edits; definition in sampling/logprobs.h). Speculation does not change
+  // them: a token's values equal those of a plain (mode None) run over the same prefix.
   int logprobs = -1;
   DecodeMode mode = DecodeMode::Tree;
   // Expansion parameters: priority (tree.mode), theta floor, node_cap, branch_cap, draft_len (Chain).
@@ -119,8 +129,8 @@ using EventCallback = std::function<void(const RequestEvent&)>;
 
 enum class RejectReason {
   None,
-  BadParams,    // out-of-range sampling/tree parameters (logit_bias, min_tokens, logprobs included), bad token
-                // ids, empty prompt, mode needs a drafter
+  BadParams,    // out-of-range sampling/tree parameters (logit_bias, min_tokens, penalties, logprobs included),
+                // bad token ids, empty prompt, mode needs a drafter
   OverContext,  // the prompt does not fit the context limit (or one request's KV alone exceeds the KV budget)
   QueueFull,    // more than EngineConfig::max_queue requests waiting
   Draining,     // AsyncEngine::drain() was called: no new requests

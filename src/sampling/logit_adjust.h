@@ -6,6 +6,10 @@
 // min_tokens mask depends on the node's depth. The drafter's logits get the same edits (not needed for
 // losslessness, since any q with support where it draws is exact, but a banned or strongly biased token drafted
 // from unedited q would just be rejected).
+//
+// Order with the sampling penalties (penalties.h): these edits first, then repetition, frequency and presence
+// penalties, as vLLM v1's sampler does (its min_tokens and logit_bias processors run before apply_penalties); then
+// the processors of distribution.h. Logprobs (logprobs.h) are taken after all of them, before temperature.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,12 @@
 // Log-probabilities reported with emitted tokens (OpenAI's logprobs / top_logprobs).
 //
-// Definition: log_softmax of the target's logits for the position AFTER the request's logit edits (logit_bias and
-// the min_tokens stop mask, logit_adjust.h) and BEFORE temperature, top-k, top-p and min-p. This is what vLLM
-// returns by default (logprobs_mode "raw_logprobs": the model's log_softmax before the sampling processors), plus
-// the bias and mask, which change what the request may emit. It does not depend on the temperature, so greedy and
-// sampled requests report the same kind of number, and a token the processors cut can still show in the top list.
+// Definition: log_softmax of the target's logits for the position AFTER all of the request's logit edits
+// (logit_bias and the min_tokens stop mask, logit_adjust.h; then the presence, frequency and repetition penalties,
+// penalties.h) and BEFORE temperature, top-k, top-p and min-p. This is what vLLM returns by default (logprobs_mode
+// "raw_logprobs": the model's log_softmax before the sampling processors) plus the edits, which change what the
+// request may emit: the penalties count as edits (vLLM's "processed_logprobs" include them too, but are taken
+// after temperature and the filters as well). It does not depend on the temperature, so greedy and sampled requests report the same kind of
+// number, a greedy token is always the top entry, and a token the processors cut can still show in the top list.
 // A banned token (-inf logit) has logprob -inf.
 //
 // Computed in double from the float row in one fixed order (the same bits for the same row on every ISA), so a

@@ -114,6 +114,39 @@ struct SyntheticDrafter {
   }
 };
 
+// The target under a request's sampling penalties (request.h: presence, frequency, repetition), written out
+// independently of sampling/penalties.cc: the row after `context` counts the tokens after its first prompt_length
+// as generated, so in a draft tree each node's processed distribution depends on the node's own path.
+struct PenalizedTarget {
+  SyntheticTarget raw;
+  int vocab = 0;
+  float presence = 0, frequency = 0, repetition = 1;
+  size_t prompt_length = 0;
+
+  void logits(const std::vector<int32_t>& context, float* out) const {  // out: [vocab]
+    raw.logits(context, out);
+    std::vector<int> count(static_cast<size_t>(vocab), 0);
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    for (size_t i = 0; i < context.size(); ++i) {
+      seen[static_cast<size_t>(context[i])] = true;
+      if (i >= prompt_length) ++count[static_cast<size_t>(context[i])];
+    }
+    for (int t = 0; t < vocab; ++t) {
+      if (seen[static_cast<size_t>(t)]) out[t] = out[t] > 0 ? out[t] / repetition : out[t] * repetition;
+      const int c = count[static_cast<size_t>(t)];
+      out[t] -= frequency * static_cast<float>(c);
+      out[t] -= c > 0 ? presence : 0.0f;
+    }
+  }
+  std::vector<double> processed(const std::vector<int32_t>& context, const SamplingParams& params) const {
+    std::vector<float> row(vocab);
+    logits(context, row.data());
+    std::vector<double> p;
+    processed_distribution(row.data(), vocab, params, &p);
+    return p;
+  }
+};
+
 // The verify() input: row i = target logits after context (which ends with the anchor) + the path to node i.
 // Target: SyntheticTarget or any type with its vocab and logits(context, out).
 template <class Target>

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "sampling/penalties.h"
 #include "spec/expand.h"
 #include "spec/scripted_chooser.h"
 #include "spec/synthetic_pair.h"
@@ -17,6 +19,7 @@
 namespace ts::spec {
 namespace {
 
+using testing::PenalizedTarget;
 using testing::ScriptedChooser;
 using testing::SyntheticDrafter;
 using testing::SyntheticTarget;
@@ -36,10 +39,14 @@ struct Distributions {
   double mean_nodes = 0;       // expected number of tree nodes (root excluded)
 };
 
-// Runs expand + verify under the enumerating chooser. Target: SyntheticTarget or EditedTarget.
+// The verify() input for a tree: [n, vocab]. Unset: testing::tree_target_logits of the target itself.
+using TreeRows = std::function<std::vector<float>(const DraftTree&)>;
+
+// Runs expand + verify under the enumerating chooser. Target: SyntheticTarget, EditedTarget or PenalizedTarget (the
+// reference the emitted distributions are checked against); rows_of, when set, computes the rows verify() reads.
 template <class Target>
 Distributions enumerate_round(const Target& target, const DraftSource& source, const std::vector<int32_t>& context,
-                              const ExactCase& c) {
+                              const ExactCase& c, const TreeRows& rows_of = nullptr) {
   const int vocab = target.vocab;
   TreeParams tree_params = c.tree;
   tree_params.temperature = c.draft_temperature;
@@ -49,7 +56,7 @@ Distributions enumerate_round(const Target& target, const DraftSource& source, c
   ScriptedChooser chooser;
   do {
     const DraftTree tree = expand(source, context.back(), tree_params, c.calibration, chooser);
-    const std::vector<float> rows = testing::tree_target_logits(target, context, tree);
+    const std::vector<float> rows = rows_of ? rows_of(tree) : testing::tree_target_logits(target, context, tree);
     const VerifyResult r = verify(tree, rows.data(), c.target, source, chooser);
     const double w = chooser.probability();
     const int32_t x = r.emitted[0];
@@ -355,8 +362,75 @@ TEST(VerifyExact, LogitBiasAndMinTokensMaskAtDepthStayExact) {
   }
 }
 
+// Sampling penalties as the engine applies them (sampling/penalties.h): each tree row is the raw row penalized with
+// the generated counts plus the draft tokens on its own path (PenaltyHistory::apply_to_tree), q with the generated
+// counts only. The reference (PenalizedTarget) counts everything after the prompt in the row's context, so the
+// target's processed distribution at each node depends on the node's path. Exact in tree, chain and marginal
+// modes, for sampled and greedy drafts and targets; rows that ignore the path (a negative control) are not.
+TEST(VerifyExact, PathDependentPenaltiesStayExact) {
+  const int vocab = 6;
+  const SyntheticDrafter drafter = SyntheticDrafter::random(vocab, 3, 2, 43);
+  const std::vector<int32_t> prompt = {4, 1}, generated = {0, 3, 0};  // the anchor is the last generated token
+  std::vector<int32_t> context = prompt;
+  context.insert(context.end(), generated.begin(), generated.end());
+  const PenaltyParams penalties[] = {{0.6f, 1.2f, 1}, {0, 0, 1.8f}, {-0.8f, -0.7f, 0.5f}, {0.5f, 0.9f, 1.6f}};
+  const SamplingParams targets[] = {sampling(1.0f), sampling(0.8f, 4, 0.95f), sampling(0.0f)};
+  for (const PenaltyParams& pp : penalties) {
+    PenalizedTarget target;
+    target.raw.vocab = target.vocab = vocab;
+    target.raw.salt = 43;
+    target.presence = pp.presence;
+    target.frequency = pp.frequency;
+    target.repetition = pp.repetition;
+    target.prompt_length = prompt.size();
+    PenaltyHistory history(pp, prompt);
+    for (int32_t t : generated) history.add_generated(t);
+    const DraftSource inner = drafter.source();
+    DraftSource source = inner;
+    source.base_logits = [&history, inner, vocab](int depth, float* out) {
+      inner.base_logits(depth, out);
+      history.apply(nullptr, 0, vocab, out);
+    };
+    source.conditional_logits = [&history, inner, vocab](int depth, int32_t parent, float* out) {
+      inner.conditional_logits(depth, parent, out);
+      history.apply(nullptr, 0, vocab, out);
+    };
+    auto rows_with_paths = [&](const DraftTree& tree) {
+      std::vector<float> rows = testing::tree_target_logits(target.raw, context, tree);  // [n, vocab]
+      history.apply_to_tree(tree.token.data(), tree.parent.data(), tree.size(), vocab, rows.data());
+      return rows;
+    };
+    auto rows_ignoring_paths = [&](const DraftTree& tree) {
+      std::vector<float> rows = testing::tree_target_logits(target.raw, context, tree);  // [n, vocab]
+      for (int i = 0; i < tree.size(); ++i) history.apply(nullptr, 0, vocab, &rows[size_t(i) * vocab]);
+      return rows;
+    };
+    const std::string what = cat("penalties presence ", pp.presence, " frequency ", pp.frequency, " repetition ",
+                                 pp.repetition);
+    for (const SamplingParams& p : targets) {
+      for (float draft_t : {p.temperature > 0 ? p.temperature : 1.0f, 0.0f}) {
+        for (const TreeParams& tree : {shape(TreeMode::Tree, 3, 6, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
+                                       shape(TreeMode::Marginal, 2, 4, 0)}) {
+          const ExactCase c{p, draft_t, tree, Calibration{1.2, 0.3}};
+          const Distributions got = enumerate_round(target, source, context, c, rows_with_paths);
+          const Distributions want = exact_target(target, context, p);
+          EXPECT_NEAR(got.total, 1.0, 1e-12);
+          EXPECT_LT(max_abs_diff(got.first, want.first), 1e-9) << describe(c) << " " << what;
+          EXPECT_LT(max_abs_diff(got.pair, want.pair), 1e-9) << describe(c) << " " << what;
+          EXPECT_GT(got.mean_nodes, 0.5) << describe(c);
+        }
+      }
+    }
+    // The negative control: the same rounds with every row penalized as the root is (the path ignored).
+    const ExactCase c{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 3, 6, 0), Calibration{1.2, 0.3}};
+    const Distributions blind = enumerate_round(target, source, context, c, rows_ignoring_paths);
+    const Distributions want = exact_target(target, context, c.target);
+    EXPECT_GT(max_abs_diff(blind.pair, want.pair), 1e-3) << what << ": rows that ignore the path went undetected";
+  }
+}
+
 // Negative control: admit a sampled child only if its drawn q is large (peeking at the draw). The same exact test
-// must see the distortion (lossless-verification.md, pitfall 1).
+// must see the distortion (docs/verification.md, rule 1).
 TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
   SyntheticTarget target;
   target.vocab = 5;

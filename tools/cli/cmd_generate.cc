@@ -89,6 +89,7 @@ int cmd_generate(int argc, char** argv) {
   std::string model_dir, drafter_dir, prompt_ids, prompt;
   bool chat = false, no_thinking = false, json = false, compare = false, fixed_theta = false;
   int n = 1, logprobs = -1, min_tokens = 0;
+  float presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
   std::vector<std::string> logit_bias;
   DecodeFlags flags;
   app.add_option("--model", model_dir, "target model folder (Hugging Face layout)")->required();
@@ -104,15 +105,28 @@ int cmd_generate(int argc, char** argv) {
                "and seed) and print both speeds side by side; at temperature 0 the texts must be identical");
   app.add_option("--logprobs", logprobs,
                  "report each emitted token's logprob and the K most likely alternatives (K in 0..20): log_softmax "
-                 "of the target's logits after --logit-bias and the --min-tokens mask, before temperature and "
-                 "top-k/top-p/min-p. With --json: \"logprobs\": [{\"id\", \"logprob\", \"top\": [[id, lp], ...]}]; "
-                 "else one line per token on stderr: logprobs INDEX ID LOGPROB | ID:LP ...")
+                 "of the target's logits after --logit-bias, the --min-tokens mask and the penalties, before "
+                 "temperature and top-k/top-p/min-p. With --json: \"logprobs\": [{\"id\", \"logprob\", \"top\": "
+                 "[[id, lp], ...]}]; else one line per token on stderr: logprobs INDEX ID LOGPROB | ID:LP ...")
       ->check(CLI::Range(0, kMaxTopLogprobs));
   app.add_option("--logit-bias", logit_bias,
                  "ID:BIAS, repeatable: add BIAS (in [-100, 100]) to token ID's logit before sampling, in every mode");
   app.add_option("--min-tokens", min_tokens,
                  "the stop tokens (eos) cannot be emitted before this many tokens are generated (<= --max-tokens)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--presence-penalty", presence_penalty,
+                 "OpenAI presence_penalty in [-2, 2]: subtracted once from the logit of every token already "
+                 "generated (not the prompt); > 0 discourages repeats")
+      ->check(CLI::Range(-2.0f, 2.0f));
+  app.add_option("--frequency-penalty", frequency_penalty,
+                 "OpenAI frequency_penalty in [-2, 2]: subtracted from a token's logit once per time it was "
+                 "generated (not the prompt); > 0 discourages repeats")
+      ->check(CLI::Range(-2.0f, 2.0f));
+  app.add_option("--repetition-penalty", repetition_penalty,
+                 "vLLM/HF repetition_penalty in (0, 10]: every token of the prompt or the generated text has a "
+                 "positive logit divided by it, a negative one multiplied; > 1 discourages repeats, 1 = off. All "
+                 "three penalties apply after --logit-bias and --min-tokens, before temperature, in every mode")
+      ->check(CLI::Range(0.0f, 10.0f));
   flags.add_sampling(app);
   flags.add_spec(app);
   app.add_flag("--fixed-theta", fixed_theta,
@@ -145,6 +159,9 @@ int cmd_generate(int argc, char** argv) {
   opt.stop_ids = bundle.stop_ids();
   opt.logprobs = logprobs;
   opt.min_tokens = min_tokens;
+  opt.presence_penalty = presence_penalty;
+  opt.frequency_penalty = frequency_penalty;
+  opt.repetition_penalty = repetition_penalty;  // 0 passes the range check; the engine refuses it by name
   for (const std::string& entry : logit_bias) opt.logit_bias.push_back(parse_logit_bias(entry));
   // Tree mode prices each node with the target's measured cost curve unless a fixed theta was asked for: on the
   // shipped pair a fixed theta of 0.05 grew ~30-node trees whose verification cost more than they saved (Xeon family
