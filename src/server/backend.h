@@ -33,6 +33,7 @@ struct BackendRequest {
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the target's logits (ids in the vocabulary)
   int min_tokens = 0;             // stop_ids cannot be emitted before this many new tokens
   int logprobs = -1;              // -1: off; k >= 0: each token's logprob and the top k (sampling/logprobs.h)
+  float presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;  // neutral values: off
 };
 
 // Per-request figures, reported with the terminal event (llama.cpp reports the same as `timings`).

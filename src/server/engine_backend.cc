@@ -33,6 +33,9 @@ SubmitResult EngineBackend::submit(BackendRequest request, EventSink sink) {
   r.options.logit_bias = std::move(request.logit_bias);
   r.options.min_tokens = request.min_tokens;
   r.options.logprobs = request.logprobs;
+  r.options.presence_penalty = request.presence_penalty;
+  r.options.frequency_penalty = request.frequency_penalty;
+  r.options.repetition_penalty = request.repetition_penalty;
   auto on_event = [sink = std::move(sink)](const RequestEvent& e) {
     if (!e.tokens.empty()) {  // a step's final tokens; on the last step they come before the terminal event
       BackendEvent tokens;

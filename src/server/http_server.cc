@@ -185,6 +185,9 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     br.logit_bias = request.logit_bias;
     br.min_tokens = request.min_tokens;
     br.logprobs = request.logprobs;
+    br.presence_penalty = request.presence_penalty;
+    br.frequency_penalty = request.frequency_penalty;
+    br.repetition_penalty = request.repetition_penalty;
     const int prompt_tokens = int(br.prompt.size());
     SubmitResult submitted =
         backend_->submit(std::move(br), [completion](BackendEvent&& e) { completion->channel().push(std::move(e)); });

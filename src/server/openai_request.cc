@@ -196,9 +196,14 @@ void parse_sampling(const json& body, CompletionRequest& r) {
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const json* v = field(body, name)) {
       const double x = number(*v, name);
-      if (x < -2 || x > 2) throw out_of_range(name, "must be in [-2, 2]");
-      if (x != 0) throw unsupported(name, "is not supported (only 0)");
+      if (x < -2 || x > 2) throw out_of_range(name, "is " + v->dump() + "; it must be in [-2, 2]");
+      (std::string(name) == "presence_penalty" ? r.presence_penalty : r.frequency_penalty) = float(x);
     }
+  }
+  if (const json* v = field(body, "repetition_penalty")) {
+    const double x = number(*v, "repetition_penalty");
+    if (!(x > 0 && x <= 10)) throw out_of_range("repetition_penalty", "is " + v->dump() + "; it must be in (0, 10]");
+    r.repetition_penalty = float(x);
   }
 }
 
@@ -264,8 +269,6 @@ void reject_unsupported(const json& body, bool chat) {
   // Parameters that would change the output and are not implemented are refused by name rather than ignored;
   // their neutral values are accepted. Harmless metadata (service_tier, parallel_tool_calls, prediction: a latency
   // hint) is accepted and has no effect.
-  if (const json* v = field(body, "repetition_penalty"))
-    if (number(*v, "repetition_penalty") != 1) throw unsupported("repetition_penalty", "is not supported yet (only 1)");
   if (const json* v = field(body, "reasoning_effort"))
     if (!v->is_null()) throw unsupported("reasoning_effort", "is not supported");
   if (const json* v = field(body, "modalities"))

@@ -43,6 +43,8 @@ struct CompletionRequest {
   std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's {"token id": bias in [-100, 100]}
   int min_tokens = 0;                      // vLLM: end-of-turn ids cannot come before this many new tokens
   bool ignore_eos = false;                 // vLLM: end-of-turn ids do not end generation (they stay hidden)
+  float presence_penalty = 0, frequency_penalty = 0;  // OpenAI, [-2, 2], over the generated tokens
+  float repetition_penalty = 1;            // vLLM, (0, 10], over prompt and generated tokens
 };
 
 // Bodies nesting arrays and objects deeper than this are refused before they are parsed (400 invalid_json).

@@ -92,7 +92,7 @@ std::vector<BadCase> bad_cases() {
       {"min_tokens_negative", C, "{\"prompt\": \"a\", \"min_tokens\": -1}", 400, "invalid_value", "min_tokens"},
       {"min_tokens_over_max", C, "{\"prompt\": \"a\", \"max_tokens\": 4, \"min_tokens\": 5}", 400, "invalid_value",
        "min_tokens"},
-      {"repetition_penalty", C, "{\"prompt\": \"a\", \"repetition_penalty\": 1.1}", 400, "unsupported_parameter",
+      {"repetition_penalty_zero", C, "{\"prompt\": \"a\", \"repetition_penalty\": 0}", 400, "invalid_value",
        "repetition_penalty"},
       {"reasoning_effort", H, "{" + kUser + ", \"reasoning_effort\": \"low\"}", 400, "unsupported_parameter",
        "reasoning_effort"},
@@ -103,7 +103,7 @@ std::vector<BadCase> bad_cases() {
       {"nested_past_the_limit", C, "{\"prompt\": \"a\", \"x\": " + std::string(kMaxJsonDepth, '[') +
        std::string(kMaxJsonDepth, ']') + "}", 400, "invalid_json", ""},
       {"tools", H, "{" + kUser + ", \"tools\": [{\"type\": \"function\"}]}", 400, "unsupported_parameter", "tools"},
-      {"presence_penalty", C, "{\"prompt\": \"a\", \"presence_penalty\": 0.5}", 400, "unsupported_parameter",
+      {"presence_penalty_range", C, "{\"prompt\": \"a\", \"presence_penalty\": -2.5}", 400, "invalid_value",
        "presence_penalty"},
       {"frequency_penalty_range", C, "{\"prompt\": \"a\", \"frequency_penalty\": 3}", 400, "invalid_value",
        "frequency_penalty"},

@@ -99,13 +99,15 @@ TEST_F(ServerTest, StreamedLogprobsCoverEveryTokenOnce) {
   EXPECT_EQ(tokens, text);
 }
 
-TEST_F(ServerTest, LogitBiasMinTokensAndIgnoreEosReachTheBackend) {
+TEST_F(ServerTest, LogitBiasMinTokensIgnoreEosAndPenaltiesReachTheBackend) {
   start();
   auto r = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 8}, {"min_tokens", 3},
                                         {"logit_bias", {{"5", -100}, {"17", 2.5}}}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  auto ignoring = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 4}, {"ignore_eos", true}});
+  auto ignoring = post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 4}, {"ignore_eos", true},
+                                               {"presence_penalty", 0.5}, {"frequency_penalty", -1.25},
+                                               {"repetition_penalty", 1.3}});
   ASSERT_TRUE(ignoring);
   ASSERT_EQ(ignoring->status, 200) << ignoring->body;
   const auto sent = backend_->submitted();
@@ -117,6 +119,11 @@ TEST_F(ServerTest, LogitBiasMinTokensAndIgnoreEosReachTheBackend) {
   EXPECT_EQ(got, bias);
   EXPECT_FALSE(sent[0].stop_ids.empty());  // the model's end-of-turn ids
   EXPECT_TRUE(sent[1].stop_ids.empty());   // ignore_eos
+  EXPECT_EQ(sent[0].presence_penalty, 0.0f);
+  EXPECT_EQ(sent[0].repetition_penalty, 1.0f);
+  EXPECT_EQ(sent[1].presence_penalty, 0.5f);
+  EXPECT_EQ(sent[1].frequency_penalty, -1.25f);
+  EXPECT_EQ(sent[1].repetition_penalty, 1.3f);
 }
 
 }  // namespace
