@@ -1,5 +1,6 @@
-// Linear: converts the checkpoint's weights once to the compute type, packs them for the chosen GEMM, and per call
-// rounds the activations to bf16 (bf16 compute) before the product.
+// Linear: converts the checkpoint's weights once to the compute type and packs them in the layout every variant's
+// GEMM reads; per call, the active variant's table entry rounds the activations to bf16 (bf16 compute) and runs
+// the product (kernel_table.cc).
 #include "kernels/linear.h"
 
 #include <cstdlib>
@@ -9,9 +10,9 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/qgemm.h"
-#include "kernels/cpu/simd_kernels.h"
 #include "kernels/weight_memory.h"
 
 namespace ts::kernels {
@@ -140,49 +141,18 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 void Linear::forward(const float* x, int rows, float* y) const {
   const Impl& m = *impl_;
   TS_CHECK(rows >= 1, "Linear::forward: expected rows >= 1, got ", rows);
+  const cpu::KernelTable& kernels = cpu::active_kernels();
   if (m.quantized) {
     thread_local cpu::QuantizedRows acts;  // [rows, in / 32] blocks of x
-    const cpu::QgemmKernel kernel = cpu::qgemm_active_kernel();
+    const cpu::QgemmKernel kernel = kernels.qgemm->kernel;
     cpu::quantize_rows(kernel, x, rows, m.in_features, &acts);
     return cpu::qgemm(kernel, m.quant, acts, static_cast<const uint8_t*>(m.packed.get()), y, m.out_features,
                       m.in_features);
   }
-  const Isa isa = active_isa();
   if (m.compute == DType::F32) {
-    const float* w = static_cast<const float*>(m.packed.get());
-    switch (isa) {
-      case Isa::Avx512:
-      case Isa::Avx512Bf16:
-      case Isa::Amx: return cpu::avx512::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
-      case Isa::Avx2: return cpu::avx2::gemm_f32(x, w, y, rows, m.out_features, m.in_features);
-      case Isa::Scalar: return cpu::gemm_f32_scalar(x, w, y, rows, m.out_features, m.in_features);
-    }
+    return kernels.linear_f32(x, static_cast<const float*>(m.packed.get()), y, rows, m.out_features, m.in_features);
   }
-  const uint16_t* w = static_cast<const uint16_t*>(m.packed.get());
-  const int kp = cpu::gemm_k_padded_bf16(m.in_features);
-  if (isa == Isa::Avx512Bf16 || isa == Isa::Amx) {
-    thread_local std::vector<uint32_t> x_pairs;  // [rows, k_padded / 2] bf16 pairs (uint32 for alignment)
-    x_pairs.resize(size_t(rows) * kp / 2);
-    uint16_t* x_bits = reinterpret_cast<uint16_t*>(x_pairs.data());  // [rows, k_padded]
-    cpu::avx512bf16::convert_rows_to_bf16(x, rows, m.in_features, x_bits);
-    if (isa == Isa::Amx) return cpu::amx::gemm_bf16(x_bits, w, y, rows, m.out_features, m.in_features);
-    return cpu::avx512bf16::gemm_bf16(x_bits, w, y, rows, m.out_features, m.in_features);
-  }
-  // Activations rounded to bf16 values, as f32: [rows, k_padded], zero in the padding column (the packed GEMM
-  // reads k in pairs).
-  thread_local std::vector<float> x_rounded;
-  x_rounded.resize(size_t(rows) * kp);
-  for (int r = 0; r < rows; ++r) {
-    cpu::round_to_bf16(x + size_t(r) * m.in_features, x_rounded.data() + size_t(r) * kp, m.in_features);
-    if (kp != m.in_features) x_rounded[size_t(r) * kp + m.in_features] = 0.0f;
-  }
-  switch (isa) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:
-    case Isa::Amx: return cpu::avx512::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
-    case Isa::Avx2: return cpu::avx2::gemm_bf16(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
-    case Isa::Scalar: return cpu::gemm_bf16_scalar(x_rounded.data(), w, y, rows, m.out_features, m.in_features);
-  }
+  kernels.linear_bf16(x, static_cast<const uint16_t*>(m.packed.get()), y, rows, m.out_features, m.in_features);
 }
 
 int Linear::out_features() const { return impl_->out_features; }
@@ -197,24 +167,9 @@ const char* Linear::format_name() const {
 }
 
 const char* Linear::backend_name() const {
-  if (impl_->quantized) {
-    switch (cpu::qgemm_active_kernel()) {
-      case cpu::QgemmKernel::Avx512Vnni: return "qgemm-avx512-vnni";
-      case cpu::QgemmKernel::Avx512: return "qgemm-avx512";
-      case cpu::QgemmKernel::Avx2Vnni: return "qgemm-avx2-vnni";
-      case cpu::QgemmKernel::Avx2: return "qgemm-avx2";
-      case cpu::QgemmKernel::Scalar: return "qgemm-scalar";
-    }
-  }
-  const bool bf16 = impl_->compute == DType::BF16;
-  switch (active_isa()) {
-    case Isa::Avx512Bf16: return bf16 ? "packed-avx512bf16-dpbf16" : "packed-avx512-f32";
-    case Isa::Amx: return bf16 ? "packed-amx-tdpbf16" : "packed-avx512-f32";
-    case Isa::Avx512: return bf16 ? "packed-avx512-bf16" : "packed-avx512-f32";
-    case Isa::Avx2: return bf16 ? "packed-avx2-bf16" : "packed-avx2-f32";
-    case Isa::Scalar: break;
-  }
-  return bf16 ? "portable-bf16" : "portable-f32";
+  const cpu::KernelTable& kernels = cpu::active_kernels();
+  if (impl_->quantized) return kernels.qgemm->backend;
+  return impl_->compute == DType::BF16 ? kernels.linear_bf16_backend : kernels.linear_f32_backend;
 }
 
 }  // namespace ts::kernels

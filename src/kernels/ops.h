@@ -1,6 +1,7 @@
-// Device-neutral signatures of the CPU kernels the model needs. Every op has a scalar reference (ref::) and a
-// fast version (the plain name) that runs the active ISA variant (core/cpu.h: avx2, avx512, avx512bf16, or scalar
-// = the references), chosen at run time; tests/kernels checks every variant the CPU has against ref.
+// Device-neutral signatures of the CPU kernels the model and the sampler need. Every op has a scalar reference
+// (ref::) and a fast version (the plain name) that runs the active ISA variant (core/cpu.h: avx2, avx512,
+// avx512bf16, amx, or scalar = the references) through its kernel table (cpu/kernel_table.h), chosen at run time;
+// tests/kernels checks every variant the CPU has against ref.
 // All activations are f32, row-major. "rows" is the number of tokens in the batch.
 // Every fast op computes a row (or element) with the same instructions whatever the batch around it and the
 // thread count (vector tails are masked, never a scalar loop), so batch shape never changes a result's bits.
@@ -78,6 +79,23 @@ float scaled_max(const float* logits, int n, float scale);
 // out[i] = exp(logits[i] * scale - max_z) / sum, exponents below -87.3 (and -inf logits) giving exactly 0;
 // logits, out: [n] (may alias); max_z finite.
 void exp_normalize(const float* logits, int n, float scale, float max_z, float* out);
+// The whole draft softmax: out = softmax(logits * scale); logits, out: [n] (may alias), n > 0. Throws ts::Error on
+// a NaN product or when the max is not finite, before writing out. The vector variants run the two passes above
+// with the check between them; the scalar variant runs ref::softmax_scaled.
+void softmax_scaled(const float* logits, int n, float scale, float* out);
+
+// The target distribution's double passes (sampling/distribution.cc). Plain IEEE operations in a fixed order, never
+// contracted to FMA: every variant gives the same bits, only faster.
+// z[i] = double(logits[i]) / temperature; returns the largest z (NaNs never win), *nan_count = the NaN z's.
+// logits: [n], z: [n].
+double scale_to_f64_and_max(const float* logits, int n, double temperature, double* z, int* nan_count);
+// out[i] = exp(x[i]) for x[i] <= 0 (-inf gives 0); x, out: [n] (may alias). A degree-13 polynomial after a
+// Cody-Waite split, within 2 ulp of std::exp for x >= -700 (below that, see cpu/softmax_f64-inl.h).
+void exp_nonpositive_f64(const double* x, int n, double* out);
+// The sum of x: [n] in a fixed order (8 interleaved partial sums, combined pairwise).
+double sum_f64(const double* x, int n);
+// x[i] /= by; x: [n].
+void divide_f64(double* x, int n, double by);
 
 // The ISA variant the plain-named ops (and Linear) run now, and how to switch it: core/cpu.h's functions, also
 // reachable as kernels::set_isa etc. (process-wide). set_isa throws ts::Error for a variant the CPU lacks.
@@ -95,6 +113,9 @@ void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim,
           float attention_scale);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void softmax(float* x, int n);
+// The scalar draft softmax: max of logits[i] * scale (throwing at the first NaN), exp with std::exp in f32 (no
+// floor), normalised by the double sum.
+void softmax_scaled(const float* logits, int n, float scale, float* out);
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale);
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,

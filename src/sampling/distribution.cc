@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <cstdint>
-#include <cstring>
-#include <numeric>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace ts {
 
@@ -42,100 +40,11 @@ int argmax(const float* x, int n) {
 
 namespace {
 
-// exp of kExpLanes doubles x <= 0 (-inf included): x = k ln2 + r (Cody-Waite split, |r| <= ln2 / 2), exp(r) by its
-// Taylor polynomial of degree 13 (truncation < 1e-17 relative) in Horner form, times 2^k built in the exponent
-// bits. Below -700 (where 2^k would leave the normal range) the lane computes exp(x + 600) * 2^-600, whose one
-// rounding to a subnormal or 0 is that of the true value up to the polynomial's error; x < -1300 and -inf give 0.
-// Plain IEEE adds and multiplies in a fixed order, never contracted to FMA (fp-contract=off), so every ISA clone
-// computes the same bits; lane-independent straight-line code, which the compiler turns into vectors.
-constexpr int kExpLanes = 32;  // 4 independent AVX-512 vectors (8 AVX2): the Horner chains overlap
-#define TS_EXP_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
-// Element-wise loops (exact IEEE operations, lane-independent): vectorised the same way.
-#define TS_VEC_CLONES \
-  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3", "fp-contract=off")))
-
-// x, out: [kExpLanes]; out may alias x (every lane is read before any is written).
-TS_EXP_CLONES void exp_block(const double* x, double* out) {
-  constexpr double kLog2e = 1.4426950408889634;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2: 32 leading bits, so k * kLn2Hi
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;  // is exact for |k| < 2^11; kLn2Lo is the rest
-  constexpr double kRound = 0x1.8p52;  // adding it rounds |v| < 2^51 to an integer in the low mantissa bits
-  constexpr double kFastMin = -700, kShift = 600, kUnshift = 0x1p-600;
-  int64_t round_bits;
-  std::memcpy(&round_bits, &kRound, 8);
-  double r[kExpLanes], p[kExpLanes], post[kExpLanes];
-  int64_t scale[kExpLanes];
-  for (int i = 0; i < kExpLanes; ++i) {
-    const bool low = x[i] < kFastMin;
-    const double shifted = x[i] + kShift;
-    const double v = low ? (shifted > kFastMin ? shifted : kFastMin) : x[i];  // in [-700, 0]
-    post[i] = low ? kUnshift : 1.0;
-    const double t = v * kLog2e + kRound;
-    const double k = t - kRound;
-    int64_t bits;
-    std::memcpy(&bits, &t, 8);
-    scale[i] = (bits - round_bits + 1023) << 52;  // 2^k, k in [-1010, 0]: a normal double
-    r[i] = (v - k * kLn2Hi) - k * kLn2Lo;
-  }
-  constexpr double c[14] = {1.0,           1.0,            1.0 / 2,         1.0 / 6,        1.0 / 24,
-                            1.0 / 120,     1.0 / 720,      1.0 / 5040,      1.0 / 40320,    1.0 / 362880,
-                            1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800};
-  for (int i = 0; i < kExpLanes; ++i) p[i] = c[13];
-#pragma GCC unroll 13
-  for (int d = 12; d >= 0; --d)
-    for (int i = 0; i < kExpLanes; ++i) p[i] = p[i] * r[i] + c[d];
-  for (int i = 0; i < kExpLanes; ++i) {
-    double two_k;
-    std::memcpy(&two_k, &scale[i], 8);
-    out[i] = (p[i] * two_k) * post[i];
-  }
-}
-
-// Sum of x: [n] in 8 interleaved partial sums combined pairwise: a fixed order (the same bits every call and on
-// every ISA clone) whose chains overlap.
-TS_VEC_CLONES double sum8(const double* x, int n) {
-  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) part[k] += x[i + k];
-  for (int k = 0; i < n; ++i, ++k) part[k] += x[i];
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
-TS_VEC_CLONES void divide_all(double* x, int n, double by) {
-  for (int i = 0; i < n; ++i) x[i] /= by;
-}
-
-// z[i] = logits[i] / temperature, returns max z; *nan_count: NaN logits. One pass, lane-wise max.
-TS_VEC_CLONES double scale_and_max(const float* logits, int n, double temperature, double* z, int* nan_count) {
-  double lane_max[8];
-  for (int k = 0; k < 8; ++k) lane_max[k] = -std::numeric_limits<double>::infinity();
-  int nans = 0;
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) {
-      const double v = static_cast<double>(logits[i + k]) / temperature;
-      z[i + k] = v;
-      nans += v != v;
-      lane_max[k] = v > lane_max[k] ? v : lane_max[k];
-    }
-  for (int k = 0; i < n; ++i, ++k) {
-    const double v = static_cast<double>(logits[i]) / temperature;
-    z[i] = v;
-    nans += v != v;
-    lane_max[k] = v > lane_max[k] ? v : lane_max[k];
-  }
-  double m = lane_max[0];
-  for (int k = 1; k < 8; ++k) m = lane_max[k] > m ? lane_max[k] : m;
-  *nan_count = nans;
-  return m;
-}
-
 // z[i] = logits[i] / temperature; returns max z. Throws when no z is finite-or-(+inf).
 double scale_logits(const float* logits, int vocab, double temperature, std::vector<double>* z) {
   z->resize(vocab);
   int nans = 0;
-  const double max_z = scale_and_max(logits, vocab, temperature, z->data(), &nans);
+  const double max_z = kernels::scale_to_f64_and_max(logits, vocab, temperature, z->data(), &nans);
   if (nans > 0) {
     for (int i = 0; i < vocab; ++i) TS_CHECK(!std::isnan(logits[i]), "sampling: logit ", i, " is NaN");
   }
@@ -149,8 +58,8 @@ void softmax_of_scaled(const std::vector<double>& z, double max_z, std::vector<d
   probs->resize(vocab);
   double* e = probs->data();
   for (int i = 0; i < vocab; ++i) e[i] = z[i] - max_z;
-  exp_nonpositive(e, vocab, e);  // exp(-inf) = 0 for masked tokens
-  divide_all(e, vocab, sum8(e, vocab));
+  kernels::exp_nonpositive_f64(e, vocab, e);  // exp(-inf) = 0 for masked tokens
+  kernels::divide_f64(e, vocab, kernels::sum_f64(e, vocab));
 }
 
 // Top-p on normalised probs: zero every token outside the smallest descending prefix whose mass reaches top_p.
@@ -181,21 +90,13 @@ void apply_top_p(double top_p, std::vector<double>* probs, std::vector<int>* ord
 }
 
 void normalise(std::vector<double>* probs) {
-  divide_all(probs->data(), int(probs->size()), sum8(probs->data(), int(probs->size())));
+  const int vocab = int(probs->size());
+  kernels::divide_f64(probs->data(), vocab, kernels::sum_f64(probs->data(), vocab));
 }
 
 }  // namespace
 
-void exp_nonpositive(const double* x, int n, double* out) {
-  int i = 0;
-  for (; i + kExpLanes <= n; i += kExpLanes) exp_block(x + i, out + i);
-  if (i < n) {
-    double lanes[kExpLanes] = {};  // the tail, padded with exp(0)
-    std::copy(x + i, x + n, lanes);
-    exp_block(lanes, lanes);
-    std::copy(lanes, lanes + (n - i), out + i);
-  }
-}
+void exp_nonpositive(const double* x, int n, double* out) { kernels::exp_nonpositive_f64(x, n, out); }
 
 void softmax_with_temperature(const float* logits, int vocab, double temperature, std::vector<double>* out) {
   TS_CHECK(vocab > 0, "softmax: vocab must be > 0, got ", vocab);

@@ -7,9 +7,9 @@
 namespace ts {
 
 // out[i] = exp(z_i - max z) / sum_j exp(z_j - max z), z = logits * inv_temperature; logits, out: [n].
-// -inf logits get 0. Throws ts::Error on NaN, +inf, or no finite logit. The active ISA variant's vector passes
-// (kernels::scaled_max / exp_normalize: a Cephes-style polynomial exp, relative error ~1e-7), or the scalar
-// std::exp version under the scalar variant.
+// -inf logits get 0. Throws ts::Error on NaN, +inf, or no finite logit. The active ISA variant's
+// kernels::softmax_scaled: vector passes (scaled_max / exp_normalize: a Cephes-style polynomial exp, relative error
+// ~1e-7), or the scalar std::exp version (kernels::ref::softmax_scaled) under the scalar variant.
 void softmax_f32(const float* logits, int n, float inv_temperature, float* out);
 
 namespace ref {

@@ -55,7 +55,7 @@ void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16
 void pack_f32(const float* w_f32, int out_features, int in_features, float* packed);
 
 // The kernels (per ISA: simd_kernels.h) take x_rounded: [rows, k_padded] f32 activations already rounded to
-// bf16 values (round_to_bf16), zero in the padding column, and write y: [rows, out_features].
+// bf16 values (KernelTable::round_to_bf16), zero in the padding column, and write y: [rows, out_features].
 
 // Portable versions with the same per-element order (k ascending, one accumulator), for the scalar variant.
 // Consistent with themselves across batch shapes (the property that matters); not bit-equal to the SIMD
@@ -63,8 +63,5 @@ void pack_f32(const float* w_f32, int out_features, int in_features, float* pack
 void gemm_bf16_scalar(const float* x_rounded, const uint16_t* packed, float* y, int rows, int out_features,
                       int in_features);
 void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, int out_features, int in_features);
-
-// dst[i] = src[i] rounded to bf16 (nearest even, as f32_to_bf16), kept as f32; vectorised for the active ISA.
-void round_to_bf16(const float* src, float* dst, int64_t n);
 
 }  // namespace ts::kernels::cpu

@@ -1,13 +1,10 @@
-// Packing for the column-group GEMM (layout in gemm_packed.h), the portable (scalar variant) kernels, and the
-// dispatching f32 -> bf16 activation rounding.
+// Packing for the column-group GEMM (layout in gemm_packed.h) and the portable (scalar variant) kernels.
 #include <algorithm>
 #include <cstring>
 
-#include "core/cpu.h"
 #include "core/dtype.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/simd_kernels.h"
 
 namespace ts::kernels::cpu {
 
@@ -82,17 +79,6 @@ void gemm_f32_scalar(const float* x, const float* packed, float* y, int rows, in
       }
     }
   });
-}
-
-void round_to_bf16(const float* src, float* dst, int64_t n) {
-  switch (active_isa()) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:
-    case Isa::Amx: return avx512::round_to_bf16(src, dst, n);
-    case Isa::Avx2: return avx2::round_to_bf16(src, dst, n);
-    case Isa::Scalar: break;
-  }
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 
 }  // namespace ts::kernels::cpu

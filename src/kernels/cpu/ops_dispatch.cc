@@ -1,69 +1,33 @@
-// The plain-named ops of ops.h: argument checks, then the kernel of the active ISA variant (core/cpu.h):
-// the per-ISA builds of ops-inl.h / attention-inl.h, or the scalar references (ref_ops.cc). The variant is read
-// per call, so every row of a batch takes the same path, and set_isa switches all ops at once.
-#include <algorithm>
+// The plain-named ops of ops.h: argument checks, then the active variant's kernel from its table (kernel_table.h):
+// the per-ISA builds of ops-inl.h / attention-inl.h, or the scalar references (ref_ops.cc, ops_scalar.cc). The
+// table is read once per call, so every row of a batch takes the same path, and set_isa switches all ops at once.
 #include <cmath>
 #include <cstring>
 
 #include "core/cpu.h"
 #include "core/error.h"
-#include "kernels/cpu/simd_kernels.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/ops.h"
 
 namespace ts::kernels {
 
-namespace {
-enum class Path { Scalar, Avx2, Avx512 };
-// The ops have no bf16-specific kernel: avx512bf16 runs the avx512 ones.
-inline Path path() {
-  switch (active_isa()) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:
-    case Isa::Amx: return Path::Avx512;
-    case Isa::Avx2: return Path::Avx2;
-    case Isa::Scalar: break;
-  }
-  return Path::Scalar;
-}
-}  // namespace
+using cpu::active_kernels;
 
 const char* ops_isa() { return isa_name(active_isa()); }
 
-int simd_lanes() {
-  switch (path()) {
-    case Path::Avx512: return 16;
-    case Path::Avx2: return 8;
-    case Path::Scalar: break;
-  }
-  return 1;
-}
+int simd_lanes() { return active_kernels().lanes; }
 
-
-void add(float* dst, const float* src, int64_t n) {
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::add(dst, src, n);
-    case Path::Avx2: return cpu::avx2::add(dst, src, n);
-    case Path::Scalar: return ref::add(dst, src, n);
-  }
-}
+void add(float* dst, const float* src, int64_t n) { active_kernels().add(dst, src, n); }
 
 void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim, float eps) {
   TS_CHECK(rows >= 0 && dim > 0, "rmsnorm: expected rows >= 0 and dim > 0, got rows=", rows, " dim=", dim);
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::rmsnorm(x, weight, out, rows, dim, eps);
-    case Path::Avx2: return cpu::avx2::rmsnorm(x, weight, out, rows, dim, eps);
-    case Path::Scalar: return ref::rmsnorm(x, weight, out, rows, dim, eps);
-  }
+  active_kernels().rmsnorm(x, weight, out, rows, dim, eps);
 }
 
 void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
           float attention_scale) {
   TS_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope: head_dim must be even and positive, got ", head_dim);
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::rope(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
-    case Path::Avx2: return cpu::avx2::rope(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
-    case Path::Scalar: return ref::rope(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
-  }
+  active_kernels().rope(x, positions, rows, heads, head_dim, inv_freq, attention_scale);
 }
 
 void rope_default_inv_freq(float theta, int head_dim, float* inv_freq) {
@@ -71,52 +35,32 @@ void rope_default_inv_freq(float theta, int head_dim, float* inv_freq) {
   for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::swiglu(gate, up, out, n);
-    case Path::Avx2: return cpu::avx2::swiglu(gate, up, out, n);
-    case Path::Scalar: return ref::swiglu(gate, up, out, n);
-  }
-}
+void swiglu(const float* gate, const float* up, float* out, int64_t n) { active_kernels().swiglu(gate, up, out, n); }
 
 void softmax(float* x, int n) {
   TS_CHECK(n > 0, "softmax: expected n > 0, got ", n);
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::softmax(x, n);
-    case Path::Avx2: return cpu::avx2::softmax(x, n);
-    case Path::Scalar: return ref::softmax(x, n);
-  }
+  active_kernels().softmax(x, n);
 }
 
-float scaled_max(const float* logits, int n, float scale) {
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::scaled_max(logits, n, scale);
-    case Path::Avx2: return cpu::avx2::scaled_max(logits, n, scale);
-    case Path::Scalar: break;
-  }
-  float max_z = -INFINITY;
-  for (int i = 0; i < n; ++i) {
-    const float z = logits[i] * scale;
-    if (std::isnan(z)) return NAN;
-    max_z = std::max(max_z, z);
-  }
-  return max_z;
-}
+float scaled_max(const float* logits, int n, float scale) { return active_kernels().scaled_max(logits, n, scale); }
 
 void exp_normalize(const float* logits, int n, float scale, float max_z, float* out) {
-  switch (path()) {
-    case Path::Avx512: return cpu::avx512::exp_normalize(logits, n, scale, max_z, out);
-    case Path::Avx2: return cpu::avx2::exp_normalize(logits, n, scale, max_z, out);
-    case Path::Scalar: break;
-  }
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
-    const float z = logits[i] * scale - max_z;
-    sum += out[i] = z < -87.3f ? 0.0f : std::exp(z);
-  }
-  const float inv_sum = float(1 / sum);
-  for (int i = 0; i < n; ++i) out[i] *= inv_sum;
+  active_kernels().exp_normalize(logits, n, scale, max_z, out);
 }
+
+void softmax_scaled(const float* logits, int n, float scale, float* out) {
+  active_kernels().softmax_scaled(logits, n, scale, out);
+}
+
+double scale_to_f64_and_max(const float* logits, int n, double temperature, double* z, int* nan_count) {
+  return active_kernels().scale_to_f64_and_max(logits, n, temperature, z, nan_count);
+}
+
+void exp_nonpositive_f64(const double* x, int n, double* out) { active_kernels().exp_nonpositive_f64(x, n, out); }
+
+double sum_f64(const double* x, int n) { return active_kernels().sum_f64(x, n); }
+
+void divide_f64(double* x, int n, double by) { active_kernels().divide_f64(x, n, by); }
 
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,
                int n_heads, int n_kv_heads, int head_dim, float scale) {
@@ -135,36 +79,22 @@ void check_attention_shape(int64_t kv_row_stride, int64_t kv_head_stride, int n_
            kv_head_stride);
 }
 
-// The SIMD variants' attention over K/V of element type KvT (float, or bf16 bits), or `scalar` (the reference).
-template <typename KvT, typename Scalar>
-void dispatch_attention(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
-                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
-                        int head_dim, float scale, Scalar scalar) {
+// The checks around the variant's attention; `run` calls its kernel and returns false if a row saw no key.
+template <typename Run>
+void checked_attention(int64_t kv_row_stride, int64_t kv_head_stride, int n_q, int n_kv, int n_heads, int n_kv_heads,
+                       int head_dim, Run run) {
   check_attention_shape(kv_row_stride, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim);
-  bool every_row_sees_a_key = true;
-  switch (path()) {
-    case Path::Avx512:
-      every_row_sees_a_key = cpu::avx512::attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
-                                                    n_heads, n_kv_heads, head_dim, scale);
-      break;
-    case Path::Avx2:
-      every_row_sees_a_key = cpu::avx2::attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
-                                                  n_heads, n_kv_heads, head_dim, scale);
-      break;
-    case Path::Scalar: return scalar();
-  }
-  TS_CHECK(every_row_sees_a_key, "attention: a query row sees no key (every row of `visible` needs at least one 1)");
+  TS_CHECK(run(), "attention: a query row sees no key (every row of `visible` needs at least one 1)");
 }
 }  // namespace
 
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
                        int head_dim, float scale) {
-  dispatch_attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
-                     scale, [&] {
-                       ref::attention_strided(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
-                                              n_heads, n_kv_heads, head_dim, scale);
-                     });
+  checked_attention(kv_row_stride, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
+    return active_kernels().attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads,
+                                      n_kv_heads, head_dim, scale);
+  });
 }
 
 void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, const uint8_t* visible, float* out,
@@ -176,18 +106,17 @@ void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, cons
 void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
                               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
                               int n_heads, int n_kv_heads, int head_dim, float scale) {
-  dispatch_attention(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
-                     scale, [&] {
-                       ref::attention_strided_bf16kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
-                                                     n_heads, n_kv_heads, head_dim, scale);
-                     });
+  checked_attention(kv_row_stride, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
+    return active_kernels().attention_bf16kv(q, k, v, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv,
+                                             n_heads, n_kv_heads, head_dim, scale);
+  });
 }
 
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out) {
   TS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
            "embed_rows: table dtype must be F32, F16 or BF16, got ", dtype_name(dtype));
   TS_CHECK(vocab > 0 && dim > 0, "embed_rows: expected vocab > 0 and dim > 0, got ", vocab, " and ", dim);
-  const Path p = path();
+  const auto widen_row = active_kernels().widen_row;
   for (int r = 0; r < rows; ++r) {
     const int32_t id = ids[r];
     TS_CHECK(id >= 0 && id < vocab, "embed_rows: token id ", id, " at row ", r, " is outside the vocabulary [0, ",
@@ -199,14 +128,7 @@ void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_
       continue;
     }
     const uint16_t* src = static_cast<const uint16_t*>(table) + offset;  // [dim]
-    const bool is_bf16 = dtype == DType::BF16;
-    switch (p) {
-      case Path::Avx512: cpu::avx512::widen_row(src, is_bf16, dim, dst); break;
-      case Path::Avx2: cpu::avx2::widen_row(src, is_bf16, dim, dst); break;
-      case Path::Scalar:
-        for (int i = 0; i < dim; ++i) dst[i] = is_bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
-        break;
-    }
+    widen_row(src, dtype == DType::BF16, dim, dst);
   }
 }
 

@@ -1,5 +1,5 @@
 // The quantized GEMM's packing, its scalar reference (the definition every SIMD variant must equal bit for bit),
-// and the dispatch over variants and threads. Layout and arithmetic: qgemm.h.
+// and its split over threads (each variant's kernels: kernel_table.h). Layout and arithmetic: qgemm.h.
 #include "kernels/cpu/qgemm.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/qgemm_k.h"
 
@@ -138,28 +139,9 @@ void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* 
   }
 }
 
-const char* qgemm_kernel_name(QgemmKernel k) {
-  switch (k) {
-    case QgemmKernel::Scalar: return "scalar";
-    case QgemmKernel::Avx2: return "avx2";
-    case QgemmKernel::Avx2Vnni: return "avx2-vnni";
-    case QgemmKernel::Avx512: return "avx512";
-    case QgemmKernel::Avx512Vnni: return "avx512-vnni";
-  }
-  return "?";
-}
+const char* qgemm_kernel_name(QgemmKernel k) { return qgemm_table(k).name; }
 
-bool qgemm_kernel_supported(QgemmKernel k) {
-  const CpuFeatures& f = cpu_features();
-  switch (k) {
-    case QgemmKernel::Scalar: return true;
-    case QgemmKernel::Avx2: return isa_supported(Isa::Avx2) && f.f16c;
-    case QgemmKernel::Avx2Vnni: return isa_supported(Isa::Avx2) && f.f16c && f.avx_vnni;
-    case QgemmKernel::Avx512: return isa_supported(Isa::Avx512) && f.f16c;
-    case QgemmKernel::Avx512Vnni: return isa_supported(Isa::Avx512) && f.f16c && f.avx512_vnni;
-  }
-  return false;
-}
+bool qgemm_kernel_supported(QgemmKernel k) { return qgemm_table(k).supported; }
 
 std::vector<QgemmKernel> qgemm_supported_kernels() {
   std::vector<QgemmKernel> out;
@@ -170,48 +152,20 @@ std::vector<QgemmKernel> qgemm_supported_kernels() {
   return out;
 }
 
-QgemmKernel qgemm_active_kernel() {
-  switch (active_isa()) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:
-    case Isa::Amx:
-      return qgemm_kernel_supported(QgemmKernel::Avx512Vnni) ? QgemmKernel::Avx512Vnni : QgemmKernel::Avx512;
-    case Isa::Avx2: return qgemm_kernel_supported(QgemmKernel::Avx2Vnni) ? QgemmKernel::Avx2Vnni : QgemmKernel::Avx2;
-    case Isa::Scalar: break;
-  }
-  return QgemmKernel::Scalar;
-}
+QgemmKernel qgemm_active_kernel() { return active_kernels().qgemm->kernel; }
 
 void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts) {
   TS_CHECK(in_features % kQBlock == 0, "quantize_rows: in_features ", in_features, " is not a multiple of 32");
-  switch (k) {
-    case QgemmKernel::Avx512:
-    case QgemmKernel::Avx512Vnni: return avx512::quantize_rows(x, rows, in_features, acts);
-    case QgemmKernel::Avx2:
-    case QgemmKernel::Avx2Vnni: return avx2::quantize_rows(x, rows, in_features, acts);
-    case QgemmKernel::Scalar: break;
-  }
-  quantize_rows_scalar(x, rows, in_features, acts);
+  qgemm_table(k).quantize_rows(x, rows, in_features, acts);
 }
 
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
            int out_features, int in_features) {
   if (qgemm_is_k(t)) return qgemm_k(k, t, acts, packed, y, out_features, in_features);
-  const int groups = qgemm_groups(out_features);
+  const QgemmGroupsFn groups = qgemm_table(k).groups;
   const bool worth = gemm_worth_threads(acts.rows, out_features, in_features, 1);
-  parallel_ranges(groups, worth, [&](int64_t begin, int64_t end) {
-    switch (k) {
-      case QgemmKernel::Avx512:
-      case QgemmKernel::Avx512Vnni:
-        return avx512::qgemm_groups(t, k == QgemmKernel::Avx512Vnni, acts, packed, y, out_features, in_features,
-                                    int(begin), int(end));
-      case QgemmKernel::Avx2:
-      case QgemmKernel::Avx2Vnni:
-        return avx2::qgemm_groups(t, k == QgemmKernel::Avx2Vnni, acts, packed, y, out_features, in_features,
-                                  int(begin), int(end));
-      case QgemmKernel::Scalar: break;
-    }
-    qgemm_groups_scalar(t, acts, packed, y, out_features, in_features, int(begin), int(end));
+  parallel_ranges(qgemm_groups(out_features), worth, [&](int64_t begin, int64_t end) {
+    groups(t, acts, packed, y, out_features, in_features, int(begin), int(end));
   });
 }
 

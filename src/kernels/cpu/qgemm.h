@@ -70,19 +70,32 @@ void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, Qua
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
            int out_features, int in_features);
 
-// The per-variant entry points (qgemm_scalar.cc, qgemm_avx2.cc, qgemm_avx512.cc); `vnni` picks vpdpbusd over
-// its exact emulation. `group_begin, group_end`: the 16-row groups to compute (threads split groups).
+// The per-variant entry points (qgemm.cc, qgemm_avx2.cc, qgemm_avx512.cc), reached through the kernel tables
+// (kernel_table.h). `group_begin, group_end`: the 16-row groups to compute (threads split groups); *_vnni use
+// vpdpbusd, *_plain its exact emulation.
 void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                          int in_features, int group_begin, int group_end);
 void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts);
+namespace avx2_plain {
+void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}  // namespace avx2_plain
+namespace avx2_vnni {
+void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}  // namespace avx2_vnni
+namespace avx512_plain {
+void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}  // namespace avx512_plain
+namespace avx512_vnni {
+void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}  // namespace avx512_vnni
 namespace avx2 {
-void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                  int out_features, int in_features, int group_begin, int group_end);
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
 }  // namespace avx2
 namespace avx512 {
-void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                  int out_features, int in_features, int group_begin, int group_end);
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
 }  // namespace avx512
 

@@ -20,14 +20,6 @@
 #include "kernels/cpu/qgemm_avx2-inl.h"
 
 namespace ts::kernels::cpu {
-namespace avx2_plain {
-void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                int in_features, int group_begin, int group_end);
-}
-namespace avx2_vnni {
-void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                int in_features, int group_begin, int group_end);
-}
 
 namespace {
 
@@ -76,12 +68,6 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_rows_256(const float* x, 
 }  // namespace
 
 namespace avx2 {
-
-void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                  int out_features, int in_features, int group_begin, int group_end) {
-  if (vnni) return avx2_vnni::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-  avx2_plain::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-}
 
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
   acts->rows = rows;

@@ -24,14 +24,6 @@
 #include "kernels/cpu/qgemm_avx512-inl.h"
 
 namespace ts::kernels::cpu {
-namespace avx512_plain {
-void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                int in_features, int group_begin, int group_end);
-}
-namespace avx512_vnni {
-void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                int in_features, int group_begin, int group_end);
-}
 
 namespace {
 
@@ -65,12 +57,6 @@ TS_Q512 void quantize_rows_512(const float* x, int rows, int in_features, Quanti
 }  // namespace
 
 namespace avx512 {
-
-void qgemm_groups(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                  int out_features, int in_features, int group_begin, int group_end) {
-  if (vnni) return avx512_vnni::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-  avx512_plain::run_groups(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-}
 
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
   acts->rows = rows;

@@ -1,5 +1,5 @@
 // The K-quant integer GEMM's packing, its scalar reference (the definition every SIMD variant must equal bit for
-// bit) and its dispatch over variants and threads. Layout and arithmetic: qgemm_k.h.
+// bit) and its split over threads (each variant's kernels: kernel_table.h). Layout and arithmetic: qgemm_k.h.
 #include "kernels/cpu/qgemm_k.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/parallel.h"
 
 namespace ts::kernels::cpu {
@@ -190,20 +191,10 @@ void qgemm_k(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_
              int out_features, int in_features) {
   TS_CHECK(qgemm_is_k(t) && in_features % kQSuper == 0, "qgemm_k: cannot run ", quant_type_name(t), " with ",
            in_features, " inputs");
+  const QgemmGroupsFn groups_k = qgemm_table(k).groups_k;
   const bool worth = gemm_worth_threads(acts.rows, out_features, in_features, 1);
   parallel_ranges(qgemm_groups(out_features), worth, [&](int64_t begin, int64_t end) {
-    switch (k) {
-      case QgemmKernel::Avx512:
-      case QgemmKernel::Avx512Vnni:
-        return avx512::qgemm_groups_k(t, k == QgemmKernel::Avx512Vnni, acts, packed, y, out_features, in_features,
-                                      int(begin), int(end));
-      case QgemmKernel::Avx2:
-      case QgemmKernel::Avx2Vnni:
-        return avx2::qgemm_groups_k(t, k == QgemmKernel::Avx2Vnni, acts, packed, y, out_features, in_features,
-                                    int(begin), int(end));
-      case QgemmKernel::Scalar: break;
-    }
-    qgemm_groups_k_scalar(t, acts, packed, y, out_features, in_features, int(begin), int(end));
+    groups_k(t, acts, packed, y, out_features, in_features, int(begin), int(end));
   });
 }
 

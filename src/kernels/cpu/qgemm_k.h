@@ -62,16 +62,25 @@ void qgemm_k_pack(QuantType t, const void* blocks, int out_features, int in_feat
 void qgemm_k(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
              int out_features, int in_features);
 
-// The per-variant entry points; group_begin, group_end: the 16-row groups to compute.
+// The per-variant entry points, reached through the kernel tables (kernel_table.h); group_begin, group_end: the
+// 16-row groups to compute; *_vnni use vpdpbusd, *_plain its exact emulation.
 void qgemm_groups_k_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
                            int out_features, int in_features, int group_begin, int group_end);
-namespace avx2 {
-void qgemm_groups_k(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                    int out_features, int in_features, int group_begin, int group_end);
-}  // namespace avx2
-namespace avx512 {
-void qgemm_groups_k(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                    int out_features, int in_features, int group_begin, int group_end);
-}  // namespace avx512
+namespace avx2k_plain {
+void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}  // namespace avx2k_plain
+namespace avx2k_vnni {
+void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}  // namespace avx2k_vnni
+namespace avx512k_plain {
+void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}  // namespace avx512k_plain
+namespace avx512k_vnni {
+void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}  // namespace avx512k_vnni
 
 }  // namespace ts::kernels::cpu

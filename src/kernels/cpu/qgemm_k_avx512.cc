@@ -20,26 +20,3 @@
 #define TS_Q_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
 #define TS_Q_VNNI 1
 #include "kernels/cpu/qgemm_k_avx512-inl.h"
-
-namespace ts::kernels::cpu {
-namespace avx512k_plain {
-void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                  int in_features, int group_begin, int group_end);
-}
-namespace avx512k_vnni {
-void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
-                  int in_features, int group_begin, int group_end);
-}
-
-namespace avx512 {
-
-void qgemm_groups_k(QuantType t, bool vnni, const QuantizedRows& acts, const uint8_t* packed, float* y,
-                    int out_features, int in_features, int group_begin, int group_end) {
-  if (vnni) {
-    return avx512k_vnni::run_groups_k(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-  }
-  avx512k_plain::run_groups_k(t, acts, packed, y, out_features, in_features, group_begin, group_end);
-}
-
-}  // namespace avx512
-}  // namespace ts::kernels::cpu

@@ -1,10 +1,13 @@
 // Scalar references for ops.h: direct transcriptions of the definitions, accumulating in double. They are the
-// yardstick for the fast versions (tests/kernels) and the fallback on CPUs without AVX-512.
+// yardstick for the fast versions (tests/kernels) and the scalar variant's kernels (kernel_table.cc).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/ops.h"
 
 namespace ts::kernels::ref {
@@ -58,6 +61,19 @@ void softmax(float* x, int n) {
   double sum = 0.0;
   for (int i = 0; i < n; ++i) sum += e[i] = std::exp(double(x[i]) - max_v);
   for (int i = 0; i < n; ++i) x[i] = float(e[i] / sum);
+}
+
+void softmax_scaled(const float* logits, int n, float scale, float* out) {
+  float max_z = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) {
+    TS_CHECK(!std::isnan(logits[i]), "softmax: NaN logit at ", i);
+    max_z = std::max(max_z, logits[i] * scale);
+  }
+  cpu::check_softmax_max(max_z, n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += out[i] = std::exp(logits[i] * scale - max_z);
+  const float inv_sum = static_cast<float>(1 / sum);
+  for (int i = 0; i < n; ++i) out[i] *= inv_sum;
 }
 
 void attention(const float* q, const float* k, const float* v, const uint8_t* visible, float* out, int n_q, int n_kv,

@@ -1,19 +1,37 @@
-// Internal: the per-ISA kernel builds, declared once per ISA namespace for the dispatchers, and the avx512bf16
-// extras. Definitions: ops_<isa>.cc, attention_<isa>.cc, gemm_<isa>.cc, each compiling the one shared source
-// (*-inl.h) for its vector layer. The per-ISA files do not include this header: their definitions carry target
-// attributes, and GCC would read a plain declaration next to them as another version of the function.
+// Internal: the per-variant kernel builds, declared once per variant's namespace for the dispatch tables
+// (kernel_table.cc). Definitions: ops_<isa>.cc, attention_<isa>.cc, gemm_<isa>.cc, softmax_f64_<isa>.cc, each
+// compiling one shared source (*-inl.h) for its ISA, and ops_scalar.cc for the scalar variant's entries that the
+// references (ref_ops.cc) do not provide. The per-ISA files do not include this header: their definitions carry
+// target attributes, and GCC would read a plain declaration next to them as another version of the function.
 #pragma once
 
 #include <cstdint>
 
 namespace ts::kernels::cpu {
 
+namespace scalar {
+#include "kernels/cpu/softmax_f64.inc"
+float scaled_max(const float* logits, int n, float scale);
+void exp_normalize(const float* logits, int n, float scale, float max_z, float* out);
+void widen_row(const uint16_t* src, bool is_bf16, int dim, float* dst);
+void round_to_bf16(const float* src, float* dst, int64_t n);
+// ref::attention_strided* (which throw themselves when a row sees no key) with the vector kernels' signature.
+bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+               const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+               float scale);
+bool attention(const float* q, const uint16_t* k_bf16, const uint16_t* v_bf16, int64_t kv_row_stride,
+               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+               int n_kv_heads, int head_dim, float scale);
+}  // namespace scalar
+
 namespace avx2 {
 #include "kernels/cpu/simd_kernels.inc"
+#include "kernels/cpu/softmax_f64.inc"
 }  // namespace avx2
 
 namespace avx512 {
 #include "kernels/cpu/simd_kernels.inc"
+#include "kernels/cpu/softmax_f64.inc"
 }  // namespace avx512
 
 namespace avx512bf16 {
