@@ -90,7 +90,7 @@ void softmax_scaled(const float* logits, int n, float scale, float* out);
 // logits: [n], z: [n].
 double scale_to_f64_and_max(const float* logits, int n, double temperature, double* z, int* nan_count);
 // out[i] = exp(x[i]) for x[i] <= 0 (-inf gives 0); x, out: [n] (may alias). A degree-13 polynomial after a
-// Cody-Waite split, within 2 ulp of std::exp for x >= -700 (below that, see cpu/softmax_f64-inl.h).
+// Cody-Waite split, within 2 ulp of std::exp over the whole range, subnormal results included.
 void exp_nonpositive_f64(const double* x, int n, double* out);
 // The sum of x: [n] in a fixed order (8 interleaved partial sums, combined pairwise).
 double sum_f64(const double* x, int n);

@@ -33,8 +33,8 @@ void softmax_with_temperature(const float* logits, int vocab, double temperature
 
 // out[i] = exp(x[i]) for x[i] <= 0 (including -inf -> 0); x, out: [n] (out may alias x). Within 2 ulp of the
 // correctly rounded value (tests/sampling compares with std::exp); the same bits on every ISA (plain adds and
-// multiplies, no FMA contraction). Vectorised by run-time ISA clones: this is the softmax of processed_distribution,
-// 4096 exps per target row, which std::exp made the most expensive step of a sampled verification walk.
+// multiplies, no FMA contraction). Runs the active ISA variant's pass (kernels::exp_nonpositive_f64): this is the
+// softmax of processed_distribution, one exp per vocabulary entry per target row.
 void exp_nonpositive(const double* x, int n, double* out);
 
 }  // namespace ts

@@ -20,10 +20,9 @@ namespace {
 
 // exp of kExpLanes doubles x <= 0 (-inf included): x = k ln2 + r (Cody-Waite split, |r| <= ln2 / 2), exp(r) by its
 // Taylor polynomial of degree 13 (truncation < 1e-17 relative) in Horner form, times 2^k built in the exponent
-// bits. Below -700 (where 2^k would leave the normal range) the lane computes exp(x + 600) * 2^-600, meant to
-// round once to exp(x)'s subnormal or 0; x < -1300 and -inf give 0. But e^600 is not 2^600: for x in
-// [-1300, -700) this gives exp(x) * 2^(600 log2(e) - 600), about exp(x) * 1e80 (at most ~1e-224, so a probability
-// that should be ~0 stays ~0). Kept as it is so every distribution keeps its bits; fixing it changes them.
+// bits. Below -700 (where 2^k would leave the normal range) the lane builds 2^(k + 600) instead and multiplies by
+// 2^-600 last, so the result rounds once to exp(x)'s subnormal or 0; x is clamped to -760 first (exp(-760)
+// rounds to 0), which also sends -inf (and NaN, which callers count apart) to 0.
 constexpr int kExpLanes = 32;  // 4 independent AVX-512 vectors (8 AVX2): the Horner chains overlap
 
 // x, out: [kExpLanes]; out may alias x (every lane is read before any is written).
@@ -32,21 +31,22 @@ TS_F64_EXP void exp_block(const double* x, double* out) {
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2: 32 leading bits, so k * kLn2Hi
   constexpr double kLn2Lo = 1.90821492927058770002e-10;  // is exact for |k| < 2^11; kLn2Lo is the rest
   constexpr double kRound = 0x1.8p52;  // adding it rounds |v| < 2^51 to an integer in the low mantissa bits
-  constexpr double kFastMin = -700, kShift = 600, kUnshift = 0x1p-600;
+  constexpr double kFastMin = -700, kLowest = -760, kUnshift = 0x1p-600;
+  constexpr int64_t kUnshiftExponent = 600;
   int64_t round_bits;
   std::memcpy(&round_bits, &kRound, 8);
   double r[kExpLanes], p[kExpLanes], post[kExpLanes];  // [kExpLanes] each
   int64_t scale[kExpLanes];                             // [kExpLanes] bits of 2^k
   for (int i = 0; i < kExpLanes; ++i) {
     const bool low = x[i] < kFastMin;
-    const double shifted = x[i] + kShift;
-    const double v = low ? (shifted > kFastMin ? shifted : kFastMin) : x[i];  // in [-700, 0]
+    const double v = x[i] > kLowest ? x[i] : kLowest;  // in [-760, 0]
     post[i] = low ? kUnshift : 1.0;
     const double t = v * kLog2e + kRound;
     const double k = t - kRound;
     int64_t bits;
     std::memcpy(&bits, &t, 8);
-    scale[i] = (bits - round_bits + 1023) << 52;  // 2^k, k in [-1010, 0]: a normal double
+    // 2^k for k in [-1010, 0], 2^(k + 600) below -700 (k >= -1097): a normal double either way.
+    scale[i] = (bits - round_bits + 1023 + (low ? kUnshiftExponent : 0)) << 52;
     r[i] = (v - k * kLn2Hi) - k * kLn2Lo;
   }
   constexpr double c[14] = {1.0,           1.0,            1.0 / 2,         1.0 / 6,        1.0 / 24,
