@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string_view>
 
 #include "core/error.h"
@@ -166,6 +167,150 @@ std::string describe(const GgufTensor& t) {
              t.offset);
 }
 
+// --- parsing steps ---------------------------------------------------------------------------------------------
+
+struct GgufHeader {
+  uint32_t version = 0;
+  uint64_t n_tensors = 0;
+  uint64_t n_kv = 0;
+};
+
+// The first 4 bytes must be "GGUF"; anything else is named with its bytes in hex.
+void check_magic(const uint8_t* bytes, size_t size, const std::string& src) {
+  TS_CHECK(size >= 4, src, ": file is ", size, " bytes, too short for the GGUF magic (truncated file?)");
+  if (std::memcmp(bytes, "GGUF", 4) != 0) {
+    std::string hex;
+    for (int i = 0; i < 4; ++i) hex += cat(i ? " " : "", "0123456789abcdef"[bytes[i] >> 4], "0123456789abcdef"[bytes[i] & 15]);
+    TS_FAIL(src, ": not a GGUF file: magic is '", shown(std::string_view(reinterpret_cast<const char*>(bytes), 4)),
+            "' (bytes ", hex, "), expected 'GGUF'");
+  }
+}
+
+// Steps over the magic and reads the version and the two record counts, each count checked against the bytes left
+// at its record's smallest size.
+GgufHeader read_header(Reader& in, const std::string& src) {
+  in.take(4);
+  in.where = "the header";
+  GgufHeader h;
+  h.version = in.get<uint32_t>();
+  TS_CHECK(h.version != 0, src, ": unsupported GGUF version 0 (this reader reads versions 2 and 3)");
+  TS_CHECK((h.version & 0xffffu) != 0, src, ": GGUF version field ", h.version,
+           " looks byte-swapped: big-endian GGUF files are not supported");
+  TS_CHECK(h.version != 1, src, ": GGUF version 1 is not supported (it predates 64-bit counts; reconvert the model)");
+  TS_CHECK(h.version <= 3, src, ": unsupported GGUF version ", h.version, " (this reader reads versions 2 and 3)");
+
+  h.n_tensors = in.get<uint64_t>();
+  h.n_kv = in.get<uint64_t>();
+  TS_CHECK(h.n_kv <= in.left() / kMinKvBytes, src, ": metadata count ", h.n_kv, " is impossible: the ", in.left(),
+           " bytes after the header hold at most ", in.left() / kMinKvBytes, " (corrupt or truncated file?)");
+  TS_CHECK(h.n_tensors <= in.left() / kMinTensorInfoBytes, src, ": tensor count ", h.n_tensors,
+           " is impossible: the ", in.left(), " bytes after the header hold at most ",
+           in.left() / kMinTensorInfoBytes, " (corrupt or truncated file?)");
+  return h;
+}
+
+// Metadata record #i: its key and type, and where its value lies in `bytes` (located and checked, not decoded).
+// The key goes into `kv_index` as `index`; a key seen before is an error.
+GgufKv read_kv(Reader& in, const uint8_t* bytes, uint64_t i, size_t index, std::map<std::string, size_t>& kv_index,
+               const std::string& src) {
+  in.where = cat("metadata key #", i);
+  const std::string_view key = in.string();
+  TS_CHECK(!key.empty(), src, ": metadata key #", i, " is empty");
+  in.where = cat("key '", shown(key), "'");
+  TS_CHECK(kv_index.emplace(std::string(key), index).second, src, ": duplicate metadata key '", shown(key), "'");
+  GgufKv kv;
+  kv.key = std::string(key);
+  kv.type = in.value_type("value type");
+  if (kv.type == GgufType::Array) {
+    kv.element_type = in.value_type("array element type");
+    const size_t begin = in.pos();
+    kv.count = in.skip_elements(kv.element_type, 1);
+    kv.value = bytes + begin + 8;  // after the count
+    kv.value_bytes = in.pos() - begin - 8;
+  } else {
+    const size_t begin = in.pos();
+    in.skip_value(kv.type, 0);
+    kv.value = bytes + begin;
+    kv.value_bytes = in.pos() - begin;
+  }
+  return kv;
+}
+
+// Bytes of tensor `t` of ggml type `type` (`where` names it in messages): rows x cols values, each row a whole
+// number of blocks; all of it must fit int64 / size_t.
+size_t checked_nbytes(const GgufTensor& t, const GgmlTypeInfo& type, const std::string& where) {
+  uint64_t rows = 1, numel = 0, row_bytes = 0, nbytes = 0;
+  for (size_t d = 1; d < t.ne.size(); ++d)
+    TS_CHECK(mul_fits(rows, uint64_t(t.ne[d]), &rows), where, ": ne ", shape_to_string(t.ne),
+             " has more than 2^63 elements (corrupt file?)");
+  const uint64_t cols = uint64_t(t.cols());
+  TS_CHECK(mul_fits(rows, cols, &numel), where, ": ne ", shape_to_string(t.ne),
+           " has more than 2^63 elements (corrupt file?)");
+  TS_CHECK(cols % type.block_values == 0, where, ": a ", type.name, " row of ne[0] = ", cols,
+           " values is not a whole number of ", type.block_values, "-value blocks");
+  TS_CHECK(mul_fits(cols / type.block_values, type.block_bytes, &row_bytes) && mul_fits(rows, row_bytes, &nbytes),
+           where, ": ", type.name, " ne ", shape_to_string(t.ne), " needs more than 2^63 bytes (corrupt file?)");
+  return size_t(nbytes);
+}
+
+// Tensor info #i: name, shape, type, offset and size, each checked; the offset is checked against the data section
+// later (place_tensors). The name goes into `tensor_index` as `index`; a name seen before is an error.
+GgufTensor read_tensor_info(Reader& in, uint64_t i, size_t index, std::map<std::string, size_t>& tensor_index,
+                            const std::string& src) {
+  in.where = cat("tensor #", i, " name");
+  GgufTensor t;
+  t.name = std::string(in.string());
+  const std::string where = cat(src, ": tensor '", shown(t.name), "'");
+  in.where = cat("tensor #", i, " '", shown(t.name), "'");
+  TS_CHECK(tensor_index.emplace(t.name, index).second, src, ": duplicate tensor name '", shown(t.name),
+           "' (tensor #", i, ")");
+  const uint32_t n_dims = in.get<uint32_t>();
+  TS_CHECK(n_dims <= kGgmlMaxDims, where, " has ", n_dims, " dimensions (ggml allows at most ", kGgmlMaxDims, ")");
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t dim = in.get<uint64_t>();
+    TS_CHECK(dim <= uint64_t(std::numeric_limits<int64_t>::max()), where, ": ne[", d, "] = ", dim,
+             " is negative as int64 (corrupt file?)");
+    t.ne.push_back(int64_t(dim));
+  }
+  t.ggml_type = in.get<uint32_t>();
+  const GgmlTypeInfo* type = ggml_type_info(t.ggml_type);
+  TS_CHECK(type != nullptr, where, " has ", ggml_type_name(t.ggml_type));
+  t.offset = in.get<uint64_t>();
+  t.nbytes = checked_nbytes(t, *type, where);
+  return t;
+}
+
+// Points each tensor at its bytes: data_offset + its offset into `bytes`, after checking that the offset is a
+// multiple of `alignment` and that its nbytes lie inside the data section of `data_size` bytes.
+void place_tensors(std::vector<GgufTensor>& tensors, const uint8_t* bytes, uint64_t data_offset, uint64_t data_size,
+                   uint32_t alignment, const std::string& src) {
+  for (GgufTensor& t : tensors) {
+    const std::string where = cat(src, ": tensor '", shown(t.name), "'");
+    TS_CHECK(t.offset % alignment == 0, where, ": offset ", t.offset, " is not a multiple of the alignment ",
+             alignment);
+    TS_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset, where, " (", describe(t),
+             ") runs past the end of the data section of ", data_size, " bytes (truncated file, or size not "
+             "matching type and shape?)");
+    t.data = bytes + data_offset + t.offset;
+  }
+}
+
+// Tensors must not share bytes: a tensor larger than its slot (its shape or type disagreeing with the writer's
+// layout) runs into the next one.
+void check_no_overlap(const std::vector<GgufTensor>& tensors, const std::string& src) {
+  std::vector<const GgufTensor*> by_offset;  // [non-empty tensors]
+  for (const GgufTensor& t : tensors)
+    if (t.nbytes > 0) by_offset.push_back(&t);
+  std::stable_sort(by_offset.begin(), by_offset.end(),  // ties keep file order, for stable messages
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& prev = *by_offset[i - 1];
+    const GgufTensor& next = *by_offset[i];
+    TS_CHECK(next.offset >= prev.offset + prev.nbytes, src, ": tensors '", shown(prev.name), "' (", describe(prev),
+             ") and '", shown(next.name), "' (", describe(next), ") overlap in the data section");
+  }
+}
+
 }  // namespace
 
 // --- ggml types ------------------------------------------------------------------------------------------------
@@ -236,56 +381,14 @@ GgufFile GgufFile::parse(const uint8_t* bytes, size_t size, const std::string& s
 
 void GgufFile::parse_bytes(const uint8_t* bytes, size_t size) {
   const std::string& src = source_;
-  TS_CHECK(size >= 4, src, ": file is ", size, " bytes, too short for the GGUF magic (truncated file?)");
-  if (std::memcmp(bytes, "GGUF", 4) != 0) {
-    std::string hex;
-    for (int i = 0; i < 4; ++i) hex += cat(i ? " " : "", "0123456789abcdef"[bytes[i] >> 4], "0123456789abcdef"[bytes[i] & 15]);
-    TS_FAIL(src, ": not a GGUF file: magic is '", shown(std::string_view(reinterpret_cast<const char*>(bytes), 4)),
-            "' (bytes ", hex, "), expected 'GGUF'");
-  }
+  check_magic(bytes, size, src);
   Reader in(bytes, size, src);
-  in.take(4);
-  in.where = "the header";
-  version_ = in.get<uint32_t>();
-  TS_CHECK(version_ != 0, src, ": unsupported GGUF version 0 (this reader reads versions 2 and 3)");
-  TS_CHECK((version_ & 0xffffu) != 0, src, ": GGUF version field ", version_,
-           " looks byte-swapped: big-endian GGUF files are not supported");
-  TS_CHECK(version_ != 1, src, ": GGUF version 1 is not supported (it predates 64-bit counts; reconvert the model)");
-  TS_CHECK(version_ <= 3, src, ": unsupported GGUF version ", version_, " (this reader reads versions 2 and 3)");
-
-  const uint64_t n_tensors = in.get<uint64_t>();
-  const uint64_t n_kv = in.get<uint64_t>();
-  TS_CHECK(n_kv <= in.left() / kMinKvBytes, src, ": metadata count ", n_kv, " is impossible: the ", in.left(),
-           " bytes after the header hold at most ", in.left() / kMinKvBytes, " (corrupt or truncated file?)");
-  TS_CHECK(n_tensors <= in.left() / kMinTensorInfoBytes, src, ": tensor count ", n_tensors,
-           " is impossible: the ", in.left(), " bytes after the header hold at most ",
-           in.left() / kMinTensorInfoBytes, " (corrupt or truncated file?)");
+  const GgufHeader header = read_header(in, src);
+  version_ = header.version;
 
   // Metadata: each value is located and checked here; the getters decode it later.
-  kvs_.reserve(size_t(n_kv));
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    in.where = cat("metadata key #", i);
-    const std::string_view key = in.string();
-    TS_CHECK(!key.empty(), src, ": metadata key #", i, " is empty");
-    in.where = cat("key '", shown(key), "'");
-    TS_CHECK(kv_index_.emplace(std::string(key), kvs_.size()).second, src, ": duplicate metadata key '", shown(key), "'");
-    GgufKv kv;
-    kv.key = std::string(key);
-    kv.type = in.value_type("value type");
-    if (kv.type == GgufType::Array) {
-      kv.element_type = in.value_type("array element type");
-      const size_t begin = in.pos();
-      kv.count = in.skip_elements(kv.element_type, 1);
-      kv.value = bytes + begin + 8;  // after the count
-      kv.value_bytes = in.pos() - begin - 8;
-    } else {
-      const size_t begin = in.pos();
-      in.skip_value(kv.type, 0);
-      kv.value = bytes + begin;
-      kv.value_bytes = in.pos() - begin;
-    }
-    kvs_.push_back(std::move(kv));
-  }
+  kvs_.reserve(size_t(header.n_kv));
+  for (uint64_t i = 0; i < header.n_kv; ++i) kvs_.push_back(read_kv(in, bytes, i, kvs_.size(), kv_index_, src));
 
   if (has("general.alignment")) {
     const GgufKv& a = kv("general.alignment");
@@ -296,43 +399,9 @@ void GgufFile::parse_bytes(const uint8_t* bytes, size_t size) {
   }
 
   // Tensor infos: names, shapes and types are checked one by one; offsets once the data section is known.
-  tensors_.reserve(size_t(n_tensors));
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    in.where = cat("tensor #", i, " name");
-    GgufTensor t;
-    t.name = std::string(in.string());
-    const std::string where = cat(src, ": tensor '", shown(t.name), "'");
-    in.where = cat("tensor #", i, " '", shown(t.name), "'");
-    TS_CHECK(tensor_index_.emplace(t.name, tensors_.size()).second, src, ": duplicate tensor name '", shown(t.name),
-             "' (tensor #", i, ")");
-    const uint32_t n_dims = in.get<uint32_t>();
-    TS_CHECK(n_dims <= kGgmlMaxDims, where, " has ", n_dims, " dimensions (ggml allows at most ", kGgmlMaxDims, ")");
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t dim = in.get<uint64_t>();
-      TS_CHECK(dim <= uint64_t(std::numeric_limits<int64_t>::max()), where, ": ne[", d, "] = ", dim,
-               " is negative as int64 (corrupt file?)");
-      t.ne.push_back(int64_t(dim));
-    }
-    t.ggml_type = in.get<uint32_t>();
-    const GgmlTypeInfo* type = ggml_type_info(t.ggml_type);
-    TS_CHECK(type != nullptr, where, " has ", ggml_type_name(t.ggml_type));
-    t.offset = in.get<uint64_t>();
-
-    // Sizes: rows x cols values, each row a whole number of blocks; all of it must fit int64 / size_t.
-    uint64_t rows = 1, numel = 0, row_bytes = 0, nbytes = 0;
-    for (size_t d = 1; d < t.ne.size(); ++d)
-      TS_CHECK(mul_fits(rows, uint64_t(t.ne[d]), &rows), where, ": ne ", shape_to_string(t.ne),
-               " has more than 2^63 elements (corrupt file?)");
-    const uint64_t cols = uint64_t(t.cols());
-    TS_CHECK(mul_fits(rows, cols, &numel), where, ": ne ", shape_to_string(t.ne),
-             " has more than 2^63 elements (corrupt file?)");
-    TS_CHECK(cols % type->block_values == 0, where, ": a ", type->name, " row of ne[0] = ", cols,
-             " values is not a whole number of ", type->block_values, "-value blocks");
-    TS_CHECK(mul_fits(cols / type->block_values, type->block_bytes, &row_bytes) && mul_fits(rows, row_bytes, &nbytes),
-             where, ": ", type->name, " ne ", shape_to_string(t.ne), " needs more than 2^63 bytes (corrupt file?)");
-    t.nbytes = size_t(nbytes);
-    tensors_.push_back(std::move(t));
-  }
+  tensors_.reserve(size_t(header.n_tensors));
+  for (uint64_t i = 0; i < header.n_tensors; ++i)
+    tensors_.push_back(read_tensor_info(in, i, tensors_.size(), tensor_index_, src));
 
   // The data section starts at the next multiple of the alignment (a file without tensors may end before it).
   const uint64_t aligned = (uint64_t(in.pos()) + alignment_ - 1) / alignment_ * alignment_;
@@ -342,30 +411,8 @@ void GgufFile::parse_bytes(const uint8_t* bytes, size_t size) {
   }
   data_offset_ = std::min<uint64_t>(aligned, size);
   const uint64_t data_size = size - data_offset_;
-
-  for (GgufTensor& t : tensors_) {
-    const std::string where = cat(src, ": tensor '", shown(t.name), "'");
-    TS_CHECK(t.offset % alignment_ == 0, where, ": offset ", t.offset, " is not a multiple of the alignment ",
-             alignment_);
-    TS_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset, where, " (", describe(t),
-             ") runs past the end of the data section of ", data_size, " bytes (truncated file, or size not "
-             "matching type and shape?)");
-    t.data = bytes + data_offset_ + t.offset;
-  }
-
-  // Tensors must not share bytes: a tensor larger than its slot (its shape or type disagreeing with the writer's
-  // layout) runs into the next one.
-  std::vector<const GgufTensor*> by_offset;  // [non-empty tensors]
-  for (const GgufTensor& t : tensors_)
-    if (t.nbytes > 0) by_offset.push_back(&t);
-  std::stable_sort(by_offset.begin(), by_offset.end(),  // ties keep file order, for stable messages
-            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const GgufTensor& prev = *by_offset[i - 1];
-    const GgufTensor& next = *by_offset[i];
-    TS_CHECK(next.offset >= prev.offset + prev.nbytes, src, ": tensors '", shown(prev.name), "' (", describe(prev),
-             ") and '", shown(next.name), "' (", describe(next), ") overlap in the data section");
-  }
+  place_tensors(tensors_, bytes, data_offset_, data_size, alignment_, src);
+  check_no_overlap(tensors_, src);
 }
 
 bool GgufFile::has_tensor(const std::string& name) const { return tensor_index_.count(name) != 0; }

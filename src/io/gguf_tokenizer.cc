@@ -53,6 +53,80 @@ std::vector<int64_t> token_types(const GgufFile& f, size_t n_tokens) {
   return types;
 }
 
+// tokenizer.json's "model" and "added_tokens" parts of a GGUF vocabulary.
+struct SplitVocabulary {
+  json vocab = json::object();  // {text: id} of normal, unknown and byte tokens
+  json added = json::array();   // control and user-defined tokens, as tokenizer.json's added_tokens
+};
+
+// Sorts tokens[id] by types[id] (both [n_tokens]): normal, unknown and byte tokens into the vocabulary (their texts
+// must be distinct), control and user-defined ones into the added tokens; unused ones are dropped.
+SplitVocabulary split_vocabulary(const GgufFile& f, const std::vector<std::string>& tokens,
+                                 const std::vector<int64_t>& types) {
+  SplitVocabulary out;
+  std::unordered_map<std::string, size_t> seen;  // vocabulary text -> id, for duplicates
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const int64_t type = types[id];
+    switch (type) {
+      case kNormal:
+      case kUnknown:
+      case kByte: {
+        const auto [it, fresh] = seen.emplace(tokens[id], id);
+        TS_CHECK(fresh, f.path(), ": token '", tokens[id], "' appears twice in tokenizer.ggml.tokens (ids ",
+                 it->second, " and ", id, ")");
+        out.vocab[tokens[id]] = id;
+        break;
+      }
+      case kControl:
+      case kUserDefined:
+        TS_CHECK(!tokens[id].empty(), f.path(), ": added token ", id, " has empty text");
+        out.added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
+                             {"rstrip", false}, {"normalized", false}, {"special", type == kControl}});
+        break;
+      case kUnused:
+        break;
+      default:
+        TS_FAIL(f.path(), ": tokenizer.ggml.token_type[", id, "] = ", type, " is not a token type (1..6)");
+    }
+  }
+  return out;
+}
+
+// tokenizer.json's "model": byte-level BPE over `vocab` with the file's merges.
+json bpe_model_json(const GgufFile& f, json vocab, bool ignore_merges) {
+  json merges = json::array();
+  if (f.has("tokenizer.ggml.merges"))
+    for (std::string& m : f.get_strings("tokenizer.ggml.merges")) merges.push_back(std::move(m));
+
+  json model = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", nullptr},
+                {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                {"byte_fallback", false},  {"ignore_merges", ignore_merges}};
+  model["vocab"] = std::move(vocab);
+  model["merges"] = std::move(merges);
+  return model;
+}
+
+// tokenizer.json's "post_processor": TemplateProcessing with the ids the file says to add
+// (tok::Tokenizer::added_prefix_ids / added_suffix_ids), or null when it adds none.
+json post_processor_json(const GgufFile& f, const GgufTokenizerInfo& info) {
+  json single = json::array(), specials = json::object();
+  auto special = [&](int32_t id, const std::string& text) {
+    single.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
+    specials[text] = {{"id", text}, {"ids", {id}}, {"tokens", {text}}};
+  };
+  if (info.add_bos) {
+    TS_CHECK(info.bos_id >= 0, f.path(), ": tokenizer.ggml.add_bos_token is set but bos_token_id is absent");
+    special(info.bos_id, info.bos_token);
+  }
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (info.add_eos) {
+    TS_CHECK(info.eos_id >= 0, f.path(), ": tokenizer.ggml.add_eos_token is set but eos_token_id is absent");
+    special(info.eos_id, info.eos_token);
+  }
+  if (!info.add_bos && !info.add_eos) return nullptr;
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+}
+
 }  // namespace
 
 GgufTokenizerInfo gguf_tokenizer_info(const GgufFile& f) {
@@ -91,48 +165,12 @@ json tokenizer_json_from_gguf(const GgufFile& f) {
   const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
   TS_CHECK(!tokens.empty() && tokens.size() < (size_t(1) << 30), f.path(), ": key 'tokenizer.ggml.tokens' has ",
            tokens.size(), " tokens");
-  const std::vector<int64_t> types = token_types(f, tokens.size());
-
-  json vocab = json::object();
-  json added = json::array();
-  std::unordered_map<std::string, size_t> seen;  // vocabulary text -> id, for duplicates
-  for (size_t id = 0; id < tokens.size(); ++id) {
-    const int64_t type = types[id];
-    switch (type) {
-      case kNormal:
-      case kUnknown:
-      case kByte: {
-        const auto [it, fresh] = seen.emplace(tokens[id], id);
-        TS_CHECK(fresh, f.path(), ": token '", tokens[id], "' appears twice in tokenizer.ggml.tokens (ids ",
-                 it->second, " and ", id, ")");
-        vocab[tokens[id]] = id;
-        break;
-      }
-      case kControl:
-      case kUserDefined:
-        TS_CHECK(!tokens[id].empty(), f.path(), ": added token ", id, " has empty text");
-        added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", type == kControl}});
-        break;
-      case kUnused:
-        break;
-      default:
-        TS_FAIL(f.path(), ": tokenizer.ggml.token_type[", id, "] = ", type, " is not a token type (1..6)");
-    }
-  }
-  json merges = json::array();
-  if (f.has("tokenizer.ggml.merges"))
-    for (std::string& m : f.get_strings("tokenizer.ggml.merges")) merges.push_back(std::move(m));
-
-  json model = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", nullptr},
-                {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                {"byte_fallback", false},  {"ignore_merges", spec.ignore_merges}};
-  model["vocab"] = std::move(vocab);
-  model["merges"] = std::move(merges);
+  SplitVocabulary split = split_vocabulary(f, tokens, token_types(f, tokens.size()));
+  json model = bpe_model_json(f, std::move(split.vocab), spec.ignore_merges);
 
   json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   json root = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}};
-  root["added_tokens"] = std::move(added);
+  root["added_tokens"] = std::move(split.added);
   root["normalizer"] = spec.nfc ? json{{"type", "NFC"}} : json(nullptr);
   root["pre_tokenizer"] = {
       {"type", "Sequence"},
@@ -141,24 +179,7 @@ json tokenizer_json_from_gguf(const GgufFile& f) {
                          {"invert", false}},
                     byte_level})}};
   root["decoder"] = byte_level;
-  root["post_processor"] = nullptr;
-  // TemplateProcessing with the ids the file says to add (tok::Tokenizer::added_prefix_ids / added_suffix_ids).
-  json single = json::array(), specials = json::object();
-  auto special = [&](int32_t id, const std::string& text) {
-    single.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
-    specials[text] = {{"id", text}, {"ids", {id}}, {"tokens", {text}}};
-  };
-  if (info.add_bos) {
-    TS_CHECK(info.bos_id >= 0, f.path(), ": tokenizer.ggml.add_bos_token is set but bos_token_id is absent");
-    special(info.bos_id, info.bos_token);
-  }
-  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-  if (info.add_eos) {
-    TS_CHECK(info.eos_id >= 0, f.path(), ": tokenizer.ggml.add_eos_token is set but eos_token_id is absent");
-    special(info.eos_id, info.eos_token);
-  }
-  if (info.add_bos || info.add_eos)
-    root["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+  root["post_processor"] = post_processor_json(f, info);
   root["model"] = std::move(model);
   return root;
 }

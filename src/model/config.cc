@@ -84,21 +84,27 @@ double rope_number(const json& obj, const char* key, const std::string& where, c
   return it->get<double>();
 }
 
-// RoPE from either spelling (see config.h). max_position_embeddings: the model's (0 = none in the file).
-RopeConfig parse_rope(const json& j, const std::string& source, int max_position_embeddings) {
-  RopeConfig r;
+// Where a config keeps its RoPE type and parameters: the object (null: unscaled, legacy spelling) and its name in
+// messages.
+struct RopeObject {
+  const json* obj = nullptr;
+  std::string where;
+};
+
+// The RoPE base into r.theta, from 'rope_parameters.rope_theta' (v5 spelling; a top-level 'rope_theta' must agree)
+// or the top-level 'rope_theta' (legacy, with an optional 'rope_scaling'); returns the object holding the type.
+RopeObject parse_rope_base(const json& j, const std::string& source, RopeConfig& r) {
   auto params = j.find("rope_parameters");
   auto scaling = j.find("rope_scaling");
   auto top_theta = j.find("rope_theta");
   const bool v5 = params != j.end() && !params->is_null();
   const bool legacy_scaling = scaling != j.end() && !scaling->is_null();
-  const json* obj = nullptr;  // the object holding the type and its parameters (null: unscaled, legacy)
-  std::string where;
+  RopeObject o;
   if (v5) {
     TS_CHECK(params->is_object(), source, ": 'rope_parameters' must be an object, got ", params->dump());
     TS_CHECK(!legacy_scaling, source, ": both 'rope_parameters' and 'rope_scaling' are set; expected one");
-    obj = &*params;
-    where = "rope_parameters";
+    o.obj = &*params;
+    o.where = "rope_parameters";
     auto t = params->find("rope_theta");
     TS_CHECK(t != params->end() && !t->is_null(), source,
              ": missing RoPE base 'rope_parameters.rope_theta' (per-layer-type RoPE parameters are not supported)");
@@ -114,82 +120,105 @@ RopeConfig parse_rope(const json& j, const std::string& source, int max_position
     r.theta = top_theta->get<double>();
     if (legacy_scaling) {
       TS_CHECK(scaling->is_object(), source, ": 'rope_scaling' must be an object or null, got ", scaling->dump());
-      obj = &*scaling;
-      where = "rope_scaling";
+      o.obj = &*scaling;
+      o.where = "rope_scaling";
     }
   }
+  return o;
+}
+
+// The RoPE type named by 'rope_type' (or, older, 'type'); "default" when neither is set.
+std::string rope_type_string(const RopeObject& o, const std::string& source) {
+  for (const char* key : {"rope_type", "type"}) {
+    auto t = o.obj->find(key);
+    if (t == o.obj->end() || t->is_null()) continue;
+    TS_CHECK(t->is_string(), source, ": '", o.where, ".", key, "' must be a string, got ", t->dump());
+    return t->get<std::string>();
+  }
+  return "default";
+}
+
+double rope_param(const RopeObject& o, const char* key, const std::string& source, double fallback, bool required) {
+  return rope_number(*o.obj, key, o.where, source, fallback, required);
+}
+
+// 'original_max_position_embeddings' as a positive integer (`fallback` when absent and not required).
+int rope_original_max(const RopeObject& o, const std::string& source, bool required, int fallback) {
+  const double v = rope_param(o, "original_max_position_embeddings", source, fallback, required);
+  TS_CHECK(v >= 1 && v < double(1 << 30) && v == std::floor(v), source, ": '", o.where,
+           ".original_max_position_embeddings' must be a positive integer, got ", v);
+  return int(v);
+}
+
+void parse_llama3_rope(const RopeObject& o, const std::string& source, RopeConfig& r) {
+  r.type = RopeType::Llama3;
+  r.factor = rope_param(o, "factor", source, 1.0, true);
+  r.low_freq_factor = rope_param(o, "low_freq_factor", source, 1.0, true);
+  r.high_freq_factor = rope_param(o, "high_freq_factor", source, 4.0, true);
+  r.original_max_position_embeddings = rope_original_max(o, source, true, 0);
+  TS_CHECK(r.high_freq_factor > r.low_freq_factor && r.low_freq_factor > 0, source, ": '", o.where,
+           "': llama3 needs 0 < low_freq_factor < high_freq_factor, got ", r.low_freq_factor, " and ",
+           r.high_freq_factor);
+}
+
+void parse_yarn_rope(const RopeObject& o, const std::string& source, int max_position_embeddings, RopeConfig& r) {
+  const json& obj = *o.obj;
+  r.type = RopeType::Yarn;
+  const bool has_orig = obj.contains("original_max_position_embeddings") &&
+                        !obj["original_max_position_embeddings"].is_null();
+  TS_CHECK(has_orig || max_position_embeddings > 0, source, ": '", o.where,
+           "': yarn needs original_max_position_embeddings (or max_position_embeddings)");
+  r.original_max_position_embeddings = rope_original_max(o, source, false, max_position_embeddings);
+  // As transformers v5: an absent factor is the ratio of the extended to the original context.
+  const bool has_factor = obj.contains("factor") && !obj["factor"].is_null();
+  TS_CHECK(has_factor || (has_orig && max_position_embeddings > 0), source, ": '", o.where,
+           ".factor' is required for this RoPE type");
+  r.factor = has_factor ? rope_param(o, "factor", source, 1.0, true)
+                        : double(max_position_embeddings) / r.original_max_position_embeddings;
+  // Hugging Face reads these with `or`: 0 means the default as well.
+  r.beta_fast = rope_param(o, "beta_fast", source, 32.0, false);
+  r.beta_slow = rope_param(o, "beta_slow", source, 1.0, false);
+  if (r.beta_fast == 0) r.beta_fast = 32.0;
+  if (r.beta_slow == 0) r.beta_slow = 1.0;
+  r.mscale = rope_param(o, "mscale", source, 0.0, false);
+  r.mscale_all_dim = rope_param(o, "mscale_all_dim", source, 0.0, false);
+  r.attention_factor = rope_param(o, "attention_factor", source, 0.0, false);
+  TS_CHECK(r.attention_factor >= 0, source, ": '", o.where, ".attention_factor' must be positive");
+  auto tr = obj.find("truncate");
+  if (tr != obj.end() && !tr->is_null()) {
+    TS_CHECK(tr->is_boolean(), source, ": '", o.where, ".truncate' must be true or false, got ", tr->dump());
+    r.truncate = tr->get<bool>();
+  }
+  TS_CHECK(r.beta_fast > r.beta_slow && r.beta_slow > 0, source, ": '", o.where,
+           "': yarn needs beta_fast > beta_slow > 0");
+}
+
+// RoPE from either spelling (see config.h). max_position_embeddings: the model's (0 = none in the file).
+RopeConfig parse_rope(const json& j, const std::string& source, int max_position_embeddings) {
+  RopeConfig r;
+  const RopeObject o = parse_rope_base(j, source, r);
   TS_CHECK(r.theta > 0 && std::isfinite(r.theta), source, ": the RoPE base rope_theta must be positive, got ", r.theta);
   auto prf = j.find("partial_rotary_factor");
-  const double partial = obj ? rope_number(*obj, "partial_rotary_factor", where, source, 1.0, false) : 1.0;
+  const double partial = o.obj ? rope_param(o, "partial_rotary_factor", source, 1.0, false) : 1.0;
   TS_CHECK(partial == 1.0 && (prf == j.end() || prf->is_null() || (prf->is_number() && prf->get<double>() == 1.0)),
            source, ": partial rotary embeddings (partial_rotary_factor != 1) are not supported");
-  if (!obj) return r;
+  if (!o.obj) return r;
 
-  std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
-    auto t = obj->find(key);
-    if (t == obj->end() || t->is_null()) continue;
-    TS_CHECK(t->is_string(), source, ": '", where, ".", key, "' must be a string, got ", t->dump());
-    type = t->get<std::string>();
-    break;
-  }
-  auto num = [&](const char* key, double fallback, bool required) {
-    return rope_number(*obj, key, where, source, fallback, required);
-  };
-  auto orig_max = [&](bool required, int fallback) {
-    const double v = num("original_max_position_embeddings", fallback, required);
-    TS_CHECK(v >= 1 && v < double(1 << 30) && v == std::floor(v), source, ": '", where,
-             ".original_max_position_embeddings' must be a positive integer, got ", v);
-    return int(v);
-  };
+  const std::string type = rope_type_string(o, source);
   if (type == "default") {
     r.type = RopeType::Default;
   } else if (type == "linear") {
     r.type = RopeType::Linear;
-    r.factor = num("factor", 1.0, true);
+    r.factor = rope_param(o, "factor", source, 1.0, true);
   } else if (type == "llama3") {
-    r.type = RopeType::Llama3;
-    r.factor = num("factor", 1.0, true);
-    r.low_freq_factor = num("low_freq_factor", 1.0, true);
-    r.high_freq_factor = num("high_freq_factor", 4.0, true);
-    r.original_max_position_embeddings = orig_max(true, 0);
-    TS_CHECK(r.high_freq_factor > r.low_freq_factor && r.low_freq_factor > 0, source, ": '", where,
-             "': llama3 needs 0 < low_freq_factor < high_freq_factor, got ", r.low_freq_factor, " and ",
-             r.high_freq_factor);
+    parse_llama3_rope(o, source, r);
   } else if (type == "yarn") {
-    r.type = RopeType::Yarn;
-    const bool has_orig = obj->contains("original_max_position_embeddings") &&
-                          !(*obj)["original_max_position_embeddings"].is_null();
-    TS_CHECK(has_orig || max_position_embeddings > 0, source, ": '", where,
-             "': yarn needs original_max_position_embeddings (or max_position_embeddings)");
-    r.original_max_position_embeddings = orig_max(false, max_position_embeddings);
-    // As transformers v5: an absent factor is the ratio of the extended to the original context.
-    const bool has_factor = obj->contains("factor") && !(*obj)["factor"].is_null();
-    TS_CHECK(has_factor || (has_orig && max_position_embeddings > 0), source, ": '", where,
-             ".factor' is required for this RoPE type");
-    r.factor = has_factor ? num("factor", 1.0, true)
-                          : double(max_position_embeddings) / r.original_max_position_embeddings;
-    // Hugging Face reads these with `or`: 0 means the default as well.
-    r.beta_fast = num("beta_fast", 32.0, false);
-    r.beta_slow = num("beta_slow", 1.0, false);
-    if (r.beta_fast == 0) r.beta_fast = 32.0;
-    if (r.beta_slow == 0) r.beta_slow = 1.0;
-    r.mscale = num("mscale", 0.0, false);
-    r.mscale_all_dim = num("mscale_all_dim", 0.0, false);
-    r.attention_factor = num("attention_factor", 0.0, false);
-    TS_CHECK(r.attention_factor >= 0, source, ": '", where, ".attention_factor' must be positive");
-    auto tr = obj->find("truncate");
-    if (tr != obj->end() && !tr->is_null()) {
-      TS_CHECK(tr->is_boolean(), source, ": '", where, ".truncate' must be true or false, got ", tr->dump());
-      r.truncate = tr->get<bool>();
-    }
-    TS_CHECK(r.beta_fast > r.beta_slow && r.beta_slow > 0, source, ": '", where,
-             "': yarn needs beta_fast > beta_slow > 0");
+    parse_yarn_rope(o, source, max_position_embeddings, r);
   } else {
-    TS_FAIL(source, ": unsupported RoPE type '", type, "' in '", where,
+    TS_FAIL(source, ": unsupported RoPE type '", type, "' in '", o.where,
             "' (supported: default, linear, llama3, yarn)");
   }
-  TS_CHECK(r.factor > 0 && std::isfinite(r.factor), source, ": '", where, ".factor' must be positive, got ", r.factor);
+  TS_CHECK(r.factor > 0 && std::isfinite(r.factor), source, ": '", o.where, ".factor' must be positive, got ", r.factor);
   return r;
 }
 

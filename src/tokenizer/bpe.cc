@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,72 @@ inline uint64_t pair_key(int32_t left, int32_t right) {
   return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
 }
 inline uint64_t pair_hash(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) >> 17; }
+
+const char kMetaspace[] = "\xE2\x96\x81";  // U+2581, SentencePiece's word-start mark
+
+// model.vocab ({token: id}) into token_to_id; returns id -> token ([max id + 1], "" for ids no token has).
+std::vector<std::string> read_vocab(const nlohmann::json& vocab, TokenMap& token_to_id) {
+  token_to_id.reserve(vocab.size());
+  int32_t max_id = -1;
+  for (const auto& [token, id_json] : vocab.items()) {
+    int64_t id = id_json.get<int64_t>();
+    TS_CHECK(id >= 0 && id < (int64_t(1) << 30), "tokenizer.json: vocab id ", id, " of \"", token, "\" is out of range");
+    token_to_id.emplace(token, int32_t(id));
+    max_id = std::max(max_id, int32_t(id));
+  }
+  std::vector<std::string> id_to_token(size_t(max_id + 1), std::string());
+  for (const auto& [token, id] : token_to_id) id_to_token[id] = token;
+  return id_to_token;
+}
+
+// True when no token has "▁" right after another character (see BpeModel::word_start_marker_).
+bool metaspace_only_starts_runs(const TokenMap& token_to_id) {
+  const std::string metaspace = kMetaspace;
+  bool safe = true;
+  for (const auto& [token, id] : token_to_id) {
+    for (size_t p = token.find(metaspace, 1); safe && p != std::string::npos; p = token.find(metaspace, p + 3))
+      safe = p >= 3 && token.compare(p - 3, 3, metaspace) == 0;
+    if (!safe) break;
+  }
+  return safe;
+}
+
+// One entry of model.merges: a "a b" string (older files) or an ["a", "b"] pair.
+std::pair<std::string, std::string> merge_tokens(const nlohmann::json& entry) {
+  std::string left, right;
+  if (entry.is_string()) {
+    const std::string s = entry.get<std::string>();
+    size_t space = s.find(' ', 1);  // a merge of a space token would start with one; they are written as Ġ
+    TS_CHECK(space != std::string::npos, "tokenizer.json: merge \"", s, "\" is not two tokens separated by a space");
+    left = s.substr(0, space);
+    right = s.substr(space + 1);
+  } else {
+    TS_CHECK(entry.is_array() && entry.size() == 2, "tokenizer.json: merge ", entry.dump(), " is not a pair");
+    left = entry[0].get<std::string>();
+    right = entry[1].get<std::string>();
+  }
+  return {std::move(left), std::move(right)};
+}
+
+// For each byte b, the id in m's vocabulary of b's byte-level alphabet character into byte_ids[b] and of "<0xNN>"
+// into fallback_ids[b] (both [256]; -1 where the vocabulary lacks the token).
+void find_byte_token_ids(const BpeModel& m, int32_t* byte_ids, int32_t* fallback_ids) {
+  const auto& alphabet = ByteLevelAlphabet::get();
+  for (int b = 0; b < 256; ++b) {
+    std::string ch;
+    utf8_append(ch, alphabet.byte_to_char[b]);
+    byte_ids[b] = m.find(ch);
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
+    fallback_ids[b] = m.find(hex);
+  }
+}
+
+// The token a merge of left and right makes: right loses its continuing-subword prefix.
+std::string merged_token(const std::string& left, const std::string& right, const std::string& prefix) {
+  return left + right.substr(std::min(right.size(), prefix.size() * (right.rfind(prefix, 0) == 0)));
+}
+
 }  // namespace
 
 void BpeModel::PairTable::insert(int32_t left, int32_t right, int32_t rank, int32_t merged_id) {
@@ -60,17 +127,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, bool 
   TS_CHECK(model.value("dropout", nlohmann::json()).is_null() || model.at("dropout").get<double>() == 0.0,
            "tokenizer.json: BPE dropout is not supported (found ", model.at("dropout").dump(), ")");
 
-  const auto& vocab = model.at("vocab");
-  m->token_to_id_.reserve(vocab.size());
-  int32_t max_id = -1;
-  for (const auto& [token, id_json] : vocab.items()) {
-    int64_t id = id_json.get<int64_t>();
-    TS_CHECK(id >= 0 && id < (int64_t(1) << 30), "tokenizer.json: vocab id ", id, " of \"", token, "\" is out of range");
-    m->token_to_id_.emplace(token, int32_t(id));
-    max_id = std::max(max_id, int32_t(id));
-  }
-  m->id_to_token_.assign(size_t(max_id + 1), std::string());
-  for (const auto& [token, id] : m->token_to_id_) m->id_to_token_[id] = token;
+  m->id_to_token_ = read_vocab(model.at("vocab"), m->token_to_id_);
 
   std::string unk = str_or_empty("unk_token");
   if (!unk.empty()) {
@@ -78,49 +135,20 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, bool 
     TS_CHECK(m->unk_id_ >= 0, "tokenizer.json: unk_token \"", unk, "\" is not in the vocabulary");
   }
 
-  const auto& alphabet = ByteLevelAlphabet::get();
-  for (int b = 0; b < 256; ++b) {
-    std::string ch;
-    utf8_append(ch, alphabet.byte_to_char[b]);
-    m->byte_ids_[b] = m->find(ch);
-    char hex[8];
-    std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
-    m->byte_fallback_ids_[b] = m->find(hex);
-  }
+  find_byte_token_ids(*m, m->byte_ids_, m->byte_fallback_ids_);
 
-  const std::string metaspace = "\xE2\x96\x81";  // U+2581
   if (!byte_level && m->continuing_subword_prefix_.empty() && m->end_of_word_suffix_.empty() &&
-      m->find(metaspace) >= 0) {
-    bool safe = true;
-    for (const auto& [token, id] : m->token_to_id_) {
-      for (size_t p = token.find(metaspace, 1); safe && p != std::string::npos; p = token.find(metaspace, p + 3))
-        safe = p >= 3 && token.compare(p - 3, 3, metaspace) == 0;
-      if (!safe) break;
-    }
-    if (safe) m->word_start_marker_ = metaspace;
-  }
+      m->find(kMetaspace) >= 0 && metaspace_only_starts_runs(m->token_to_id_))
+    m->word_start_marker_ = kMetaspace;
 
-  // Merges: "a b" strings (older files) or ["a", "b"] pairs. Rank = position in the list.
+  // Merges: rank = position in the list.
   const auto& merges = model.at("merges");
   m->pairs_.init(merges.size());
   int32_t rank = 0;
   for (const auto& entry : merges) {
-    std::string left, right;
-    if (entry.is_string()) {
-      const std::string s = entry.get<std::string>();
-      size_t space = s.find(' ', 1);  // a merge of a space token would start with one; they are written as Ġ
-      TS_CHECK(space != std::string::npos, "tokenizer.json: merge \"", s, "\" is not two tokens separated by a space");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else {
-      TS_CHECK(entry.is_array() && entry.size() == 2, "tokenizer.json: merge ", entry.dump(), " is not a pair");
-      left = entry[0].get<std::string>();
-      right = entry[1].get<std::string>();
-    }
+    const auto [left, right] = merge_tokens(entry);
     int32_t left_id = m->find(left), right_id = m->find(right);
-    std::string joined = left + right.substr(std::min(right.size(), m->continuing_subword_prefix_.size() *
-                                                      (right.rfind(m->continuing_subword_prefix_, 0) == 0)));
-    int32_t merged_id = m->find(joined);
+    int32_t merged_id = m->find(merged_token(left, right, m->continuing_subword_prefix_));
     TS_CHECK(left_id >= 0 && right_id >= 0 && merged_id >= 0, "tokenizer.json: merge #", rank, " (\"", left, "\", \"",
              right, "\") uses a token missing from the vocabulary");
     m->pairs_.insert(left_id, right_id, rank, merged_id);

@@ -139,87 +139,189 @@ Value json_filter(const Value& operand, const Args& a) {
   return Value::of(Text(to_json(operand, o), /*input=*/true));
 }
 
+[[noreturn]] void unknown_filter(const std::string& name, const Value& operand) {
+  runtime_error("unknown filter \"" + name + "\" for a " + operand.type_name());
+}
+
+// indent: each line after the first `first` is false, and each empty line unless `blank`, gets `width` spaces.
+Value indent_lines(const Text& t, int64_t width, bool first, bool blank) {
+  // Python's ' ' * width: a negative width indents by nothing. A width no template needs is refused rather than
+  // allocated (the template comes from a model file).
+  constexpr int64_t kMaxIndent = 4096;
+  if (width > kMaxIndent) runtime_error(cat("indent(", width, ") is wider than ", kMaxIndent, " columns"));
+  width = std::max<int64_t>(width, 0);
+  Text out;
+  size_t pos = 0, line = 0;
+  while (true) {
+    size_t nl = t.bytes.find('\n', pos);
+    Text part = t.sub(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (!((!first && line == 0) || (!blank && part.bytes.empty()))) out.append_template(std::string(width, ' '));
+    out.append(part);
+    if (nl == std::string::npos) break;
+    out.append(t.sub(nl, 1));
+    pos = nl + 1;
+    ++line;
+  }
+  return Value::of(std::move(out));
+}
+
+// parseFloat(s): `fallback` (else 0.0) when s does not start with a number.
+Value parse_float_text(const std::string& s, const Value* fallback) {
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (end == s.c_str()) return fallback ? *fallback : Value::of_float(0);
+  return Value::of_float(d);
+}
+
+Value unique_items(const Array& a) {
+  Array out;
+  for (const Value& x : a)
+    if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return strict_equal(x, y); })) out.push_back(x);
+  return Value::of(std::move(out));
+}
+
+// The argument-less filters of each operand kind.
+Value plain_array_filter(const Value& operand, const std::string& name) {
+  const Array& a = *operand.array;
+  if (name == "list") return operand;
+  if (name == "first") return a.empty() ? Value() : a.front();
+  if (name == "last") return a.empty() ? Value() : a.back();
+  if (name == "length") return Value::of_int(int64_t(a.size()));
+  if (name == "reverse") return Value::of(Array(a.rbegin(), a.rend()));
+  if (name == "sort") return sorted(operand, false, false, nullptr);
+  if (name == "join") return join(operand, Text());
+  if (name == "string") return Value::of(Text(to_json(operand, {}, false), true));
+  if (name == "unique") return unique_items(a);
+  unknown_filter(name, operand);
+}
+
+Value plain_string_filter(const Value& operand, const std::string& name) {
+  const Text& t = operand.text;
+  if (name == "length") return Value::of_int(int64_t(code_points(t.bytes)));
+  if (name == "upper") return Value::of(remapped(t, to_upper(t.bytes)));
+  if (name == "lower") return Value::of(remapped(t, to_lower(t.bytes)));
+  if (name == "title") return Value::of(title_case(t));
+  if (name == "capitalize") return Value::of(capitalize(t));
+  if (name == "trim") return Value::of(strip(t, true, true, nullptr));
+  if (name == "join" || name == "string") return operand;
+  if (name == "int") return parse_int_text(t.bytes, nullptr);
+  if (name == "float") return parse_float_text(t.bytes, nullptr);
+  if (name == "indent") return indent_lines(t, 4, false, false);
+  unknown_filter(name, operand);
+}
+
+Value plain_number_filter(const Value& operand, const std::string& name) {
+  if (name == "abs") return operand.is(K::kInt) ? Value::of_int(std::llabs(operand.integer)) : Value::of_float(std::fabs(operand.real));
+  if (name == "int") return operand.is(K::kInt) ? operand : Value::of_int(int64_t(std::floor(operand.real)));
+  if (name == "float") return Value::of_float(operand.is(K::kInt) ? double(operand.integer) : operand.real);
+  if (name == "string") return Value::of(to_text(operand));
+  unknown_filter(name, operand);
+}
+
+Value plain_object_filter(const Value& operand, const std::string& name) {
+  if (name == "items") return items_of(operand);
+  if (name == "length") return Value::of_int(int64_t(operand.object->size()));
+  if (Value m = builtin_member(operand, name); !m.is(K::kUndefined)) {
+    if (!m.is(K::kFunction)) return m;
+    Args none;
+    Scope unused;
+    return (*m.function)(none, unused);
+  }
+  unknown_filter(name, operand);
+}
+
+Value plain_bool_filter(const Value& operand, const std::string& name) {
+  if (name == "bool") return operand;
+  if (name == "int") return Value::of_int(operand.boolean ? 1 : 0);
+  if (name == "float") return Value::of_float(operand.boolean ? 1 : 0);
+  if (name == "string") return Value::of_string(operand.boolean ? "true" : "false");
+  unknown_filter(name, operand);
+}
+
 // Filters written without arguments (`x | trim`).
 Value plain_filter(const Value& operand, const std::string& name) {
   if (name == "safe") return operand;
   if (name == "tojson") return Value::of(Text(to_json(operand, {}), /*input=*/true));
   switch (operand.kind) {
-    case K::kArray: {
-      const Array& a = *operand.array;
-      if (name == "list") return operand;
-      if (name == "first") return a.empty() ? Value() : a.front();
-      if (name == "last") return a.empty() ? Value() : a.back();
-      if (name == "length") return Value::of_int(int64_t(a.size()));
-      if (name == "reverse") return Value::of(Array(a.rbegin(), a.rend()));
-      if (name == "sort") return sorted(operand, false, false, nullptr);
-      if (name == "join") return join(operand, Text());
-      if (name == "string") return Value::of(Text(to_json(operand, {}, false), true));
-      if (name == "unique") {
-        Array out;
-        for (const Value& x : a)
-          if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return strict_equal(x, y); })) out.push_back(x);
-        return Value::of(std::move(out));
-      }
-      break;
-    }
-    case K::kString: {
-      const Text& t = operand.text;
-      if (name == "length") return Value::of_int(int64_t(code_points(t.bytes)));
-      if (name == "upper") return Value::of(remapped(t, to_upper(t.bytes)));
-      if (name == "lower") return Value::of(remapped(t, to_lower(t.bytes)));
-      if (name == "title") return Value::of(title_case(t));
-      if (name == "capitalize") return Value::of(capitalize(t));
-      if (name == "trim") return Value::of(strip(t, true, true, nullptr));
-      if (name == "join" || name == "string") return operand;
-      if (name == "int") return parse_int_text(t.bytes, nullptr);
-      if (name == "float") {
-        char* end = nullptr;
-        const double d = std::strtod(t.bytes.c_str(), &end);
-        return Value::of_float(end == t.bytes.c_str() ? 0 : d);
-      }
-      if (name == "indent") {
-        Text out;
-        size_t pos = 0, line = 0;
-        while (true) {
-          size_t nl = t.bytes.find('\n', pos);
-          Text part = t.sub(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-          if (line > 0 && !part.bytes.empty()) out.append_template("    ");
-          out.append(part);
-          if (nl == std::string::npos) break;
-          out.append(t.sub(nl, 1));
-          pos = nl + 1;
-          ++line;
-        }
-        return Value::of(std::move(out));
-      }
-      break;
-    }
+    case K::kArray: return plain_array_filter(operand, name);
+    case K::kString: return plain_string_filter(operand, name);
     case K::kInt:
-    case K::kFloat:
-      if (name == "abs") return operand.is(K::kInt) ? Value::of_int(std::llabs(operand.integer)) : Value::of_float(std::fabs(operand.real));
-      if (name == "int") return operand.is(K::kInt) ? operand : Value::of_int(int64_t(std::floor(operand.real)));
-      if (name == "float") return Value::of_float(operand.is(K::kInt) ? double(operand.integer) : operand.real);
-      if (name == "string") return Value::of(to_text(operand));
-      break;
-    case K::kObject:
-      if (name == "items") return items_of(operand);
-      if (name == "length") return Value::of_int(int64_t(operand.object->size()));
-      if (Value m = builtin_member(operand, name); !m.is(K::kUndefined)) {
-        if (!m.is(K::kFunction)) return m;
-        Args none;
-        Scope unused;
-        return (*m.function)(none, unused);
-      }
-      break;
-    case K::kBool:
-      if (name == "bool") return operand;
-      if (name == "int") return Value::of_int(operand.boolean ? 1 : 0);
-      if (name == "float") return Value::of_float(operand.boolean ? 1 : 0);
-      if (name == "string") return Value::of_string(operand.boolean ? "true" : "false");
-      break;
+    case K::kFloat: return plain_number_filter(operand, name);
+    case K::kObject: return plain_object_filter(operand, name);
+    case K::kBool: return plain_bool_filter(operand, name);
     default: break;
   }
-  runtime_error("unknown filter \"" + name + "\" for a " + operand.type_name());
+  unknown_filter(name, operand);
+}
+
+// int(default) / float(default) on any operand.
+Value number_filter(const Value& operand, const std::string& name, const Args& a) {
+  const Value* fallback = arg(a, 0, "default");
+  if (operand.is(K::kString)) {
+    if (name == "int") return parse_int_text(operand.text.bytes, fallback);
+    return parse_float_text(operand.text.bytes, fallback);
+  }
+  if (operand.is_number()) return operand;
+  if (operand.is(K::kBool)) return name == "int" ? Value::of_int(operand.boolean) : Value::of_float(operand.boolean);
+  runtime_error("cannot apply " + name + " to a " + operand.type_name());
+}
+
+// selectattr(attr[, test[, arg]]) / rejectattr: the mappings whose attribute passes (fails) the test, or is truthy
+// (falsy) without one.
+Value select_by_attribute(const Value& operand, const std::string& name, const Args& a) {
+  const bool select = name == "selectattr";
+  for (const Value& x : *operand.array)
+    if (!x.is_mapping()) runtime_error(name + " applies to a list of mappings");
+  if (a.pos.empty() || !a.pos[0].is(K::kString)) runtime_error(name + " needs an attribute name");
+  const Value* test = a.pos.size() > 1 ? &a.pos[1] : nullptr;
+  const Value* test_arg = a.pos.size() > 2 ? &a.pos[2] : nullptr;
+  Array out;
+  for (const Value& x : *operand.array) {
+    const Value* attr = find_key(*x.object, a.pos[0].text.bytes);
+    bool r = false;
+    if (attr && !attr->is(K::kUndefined)) r = test ? run_test(test->text.bytes, *attr, test_arg) : truthy(*attr);
+    if (r == select) out.push_back(x);
+  }
+  return Value::of(std::move(out));
+}
+
+// map(attribute=path[, default=v]) over a list of mappings.
+Value map_attribute(const Value& operand, const Args& a) {
+  const Value* attr = a.kwarg("attribute");
+  if (!attr || !attr->is(K::kString)) runtime_error("map is supported with attribute= only");
+  const Value* fallback = a.kwarg("default");
+  Array out;
+  for (const Value& x : *operand.array) {
+    if (!x.is_mapping()) runtime_error("map(attribute=...) applies to a list of mappings");
+    Value v = attribute_of(x, attr->text.bytes);
+    out.push_back(v.is(K::kUndefined) && fallback ? *fallback : v);
+  }
+  return Value::of(std::move(out));
+}
+
+// The filters with arguments of each operand kind.
+Value call_array_filter(const Value& operand, const std::string& name, const Args& a) {
+  if (name == "sort")
+    return sorted(operand, flag_arg(a, 0, "reverse", false), flag_arg(a, 1, "case_sensitive", false),
+                  arg(a, 2, "attribute"));
+  if (name == "selectattr" || name == "rejectattr") return select_by_attribute(operand, name, a);
+  if (name == "map") return map_attribute(operand, a);
+  unknown_filter(name, operand);
+}
+
+Value call_string_filter(const Value& operand, const std::string& name, const Args& a) {
+  if (name == "indent") {
+    const Value* width_v = arg(a, 0, "width");
+    const int64_t width = width_v && width_v->is(K::kInt) ? width_v->integer : 4;
+    const bool first = truthy(arg(a, 1, "first") ? *arg(a, 1, "first") : Value::of(false));
+    const bool blank = truthy(arg(a, 2, "blank") ? *arg(a, 2, "blank") : Value::of(false));
+    return indent_lines(operand.text, width, first, blank);
+  }
+  if (name == "replace") {
+    if (a.pos.size() < 2) runtime_error("replace() takes two strings");
+    return replace(operand.text, a.pos[0], a.pos[1], arg(a, 2, "count"));
+  }
+  unknown_filter(name, operand);
 }
 
 // Filters called with arguments (`x | join(", ")`).
@@ -232,86 +334,19 @@ Value call_filter(Interpreter& in, const Value& operand, const Node& call, Scope
     if (sep && !sep->is(K::kString)) runtime_error("join: the separator must be a string");
     return join(operand, sep ? sep->text : Text());
   }
-  if (name == "int" || name == "float") {
-    const Value* fallback = arg(a, 0, "default");
-    if (operand.is(K::kString)) {
-      if (name == "int") return parse_int_text(operand.text.bytes, fallback);
-      char* end = nullptr;
-      const double d = std::strtod(operand.text.bytes.c_str(), &end);
-      if (end == operand.text.bytes.c_str()) return fallback ? *fallback : Value::of_float(0);
-      return Value::of_float(d);
-    }
-    if (operand.is_number()) return operand;
-    if (operand.is(K::kBool)) return name == "int" ? Value::of_int(operand.boolean) : Value::of_float(operand.boolean);
-    runtime_error("cannot apply " + name + " to a " + operand.type_name());
-  }
+  if (name == "int" || name == "float") return number_filter(operand, name, a);
   if (name == "default") {
     const Value fallback = a.pos.empty() ? Value::of_string("") : a.pos[0];
     const bool boolean = flag_arg(a, 1, "boolean", false);
     return operand.is(K::kUndefined) || (boolean && !truthy(operand)) ? fallback : operand;
   }
-  if (operand.is(K::kArray)) {
-    if (name == "sort")
-      return sorted(operand, flag_arg(a, 0, "reverse", false), flag_arg(a, 1, "case_sensitive", false),
-                    arg(a, 2, "attribute"));
-    if (name == "selectattr" || name == "rejectattr") {
-      const bool select = name == "selectattr";
-      for (const Value& x : *operand.array)
-        if (!x.is_mapping()) runtime_error(name + " applies to a list of mappings");
-      if (a.pos.empty() || !a.pos[0].is(K::kString)) runtime_error(name + " needs an attribute name");
-      const Value* test = a.pos.size() > 1 ? &a.pos[1] : nullptr;
-      const Value* test_arg = a.pos.size() > 2 ? &a.pos[2] : nullptr;
-      Array out;
-      for (const Value& x : *operand.array) {
-        const Value* attr = find_key(*x.object, a.pos[0].text.bytes);
-        bool r = false;
-        if (attr && !attr->is(K::kUndefined)) r = test ? run_test(test->text.bytes, *attr, test_arg) : truthy(*attr);
-        if (r == select) out.push_back(x);
-      }
-      return Value::of(std::move(out));
-    }
-    if (name == "map") {
-      const Value* attr = a.kwarg("attribute");
-      if (!attr || !attr->is(K::kString)) runtime_error("map is supported with attribute= only");
-      const Value* fallback = a.kwarg("default");
-      Array out;
-      for (const Value& x : *operand.array) {
-        if (!x.is_mapping()) runtime_error("map(attribute=...) applies to a list of mappings");
-        Value v = attribute_of(x, attr->text.bytes);
-        out.push_back(v.is(K::kUndefined) && fallback ? *fallback : v);
-      }
-      return Value::of(std::move(out));
-    }
-  } else if (operand.is(K::kString)) {
-    if (name == "indent") {
-      const Value* width_v = arg(a, 0, "width");
-      const int64_t width = width_v && width_v->is(K::kInt) ? width_v->integer : 4;
-      const bool first = truthy(arg(a, 1, "first") ? *arg(a, 1, "first") : Value::of(false));
-      const bool blank = truthy(arg(a, 2, "blank") ? *arg(a, 2, "blank") : Value::of(false));
-      const Text& t = operand.text;
-      Text out;
-      size_t pos = 0, line = 0;
-      while (true) {
-        size_t nl = t.bytes.find('\n', pos);
-        Text part = t.sub(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-        if (!((!first && line == 0) || (!blank && part.bytes.empty()))) out.append_template(std::string(width, ' '));
-        out.append(part);
-        if (nl == std::string::npos) break;
-        out.append(t.sub(nl, 1));
-        pos = nl + 1;
-        ++line;
-      }
-      return Value::of(std::move(out));
-    }
-    if (name == "replace") {
-      if (a.pos.size() < 2) runtime_error("replace() takes two strings");
-      return replace(operand.text, a.pos[0], a.pos[1], arg(a, 2, "count"));
-    }
-  } else if (operand.is(K::kObject)) {
+  if (operand.is(K::kArray)) return call_array_filter(operand, name, a);
+  if (operand.is(K::kString)) return call_string_filter(operand, name, a);
+  if (operand.is(K::kObject)) {
     Value m = builtin_member(operand, name);
     if (m.is(K::kFunction)) return (*m.function)(a, scope);
   }
-  runtime_error("unknown filter \"" + name + "\" for a " + operand.type_name());
+  unknown_filter(name, operand);
 }
 
 Value method(Function f) { return Value::of(std::move(f)); }

@@ -207,6 +207,17 @@ struct Lexer {
   void skip_leading_whitespace() { cur = skip_js_space(src, cur); }
 
   void run();
+  bool lex_text();
+  void lex_comment();
+  bool lex_open_with_strip();
+  bool lex_close_with_strip();
+  bool lex_signed_number();
+  bool lex_fixed();
+  bool lex_string();
+  bool lex_number();
+  bool lex_identifier();
+
+  int curly_depth = 0;  // open `{` inside the current expression: a `}}` there closes two mappings, not the tag
 };
 
 struct Fixed {
@@ -226,118 +237,160 @@ const Fixed kTable[] = {
     {"=", TokenType::kEquals},
 };
 
+// Each lex_* step reads one token at `cur` and returns true, or returns false and leaves `cur` where it was.
+
+// Text up to the next "{%", "{{" or "{#"; false when a tag starts right here.
+bool Lexer::lex_text() {
+  const size_t start = cur;
+  while (cur < src.size() &&
+         !(src[cur] == '{' && cur + 1 < src.size() && (src[cur + 1] == '%' || src[cur + 1] == '{' || src[cur + 1] == '#')))
+    ++cur;
+  if (cur == start) return false;
+  push(TokenType::kText, src.substr(start, cur - start), start);
+  return true;
+}
+
+// A comment "{# ... #}" at `cur`, with "{#-" / "-#}" stripping the whitespace before / after it.
+void Lexer::lex_comment() {
+  const size_t start = cur;
+  cur += 2;
+  const bool strip_before = cur < src.size() && src[cur] == '-';
+  if (strip_before) ++cur;
+  std::string comment;
+  while (!(cur + 1 < src.size() && src[cur] == '#' && src[cur + 1] == '}')) {
+    if (cur + 2 >= src.size()) fail("missing end of comment tag");
+    comment += src[cur++];
+  }
+  const bool strip_after = !comment.empty() && comment.back() == '-';
+  if (strip_after) comment.pop_back();
+  if (strip_before) strip_trailing_whitespace();
+  push(TokenType::kComment, comment, start);
+  cur += 2;
+  if (strip_after) skip_leading_whitespace();
+}
+
+// "{%-" or "{{-": the tag, with the whitespace before it stripped.
+bool Lexer::lex_open_with_strip() {
+  if (at("{%-")) {
+    strip_trailing_whitespace();
+    push(TokenType::kOpenStatement, "{%", cur);
+    cur += 3;
+    return true;
+  }
+  if (at("{{-")) {
+    strip_trailing_whitespace();
+    push(TokenType::kOpenExpression, "{{", cur);
+    curly_depth = 0;
+    cur += 3;
+    return true;
+  }
+  return false;
+}
+
+// "-%}" or "-}}": the tag, with the whitespace after it skipped.
+bool Lexer::lex_close_with_strip() {
+  if (at("-%}")) {
+    push(TokenType::kCloseStatement, "%}", cur);
+    cur += 3;
+    skip_leading_whitespace();
+    return true;
+  }
+  if (at("-}}")) {
+    push(TokenType::kCloseExpression, "}}", cur);
+    cur += 3;
+    skip_leading_whitespace();
+    return true;
+  }
+  return false;
+}
+
+// A '-' or '+' where no operand precedes it: a signed number, or a unary operator when no digits follow.
+bool Lexer::lex_signed_number() {
+  const char c = src[cur];
+  const size_t start = cur;
+  if (c != '-' && c != '+') return false;
+  bool none;
+  const TokenType last = last_type(&none);
+  if (none || last == TokenType::kText) fail(std::string("unexpected character: ") + c);
+  if (last == TokenType::kIdentifier || last == TokenType::kNumber || last == TokenType::kString ||
+      last == TokenType::kCloseParen || last == TokenType::kCloseBracket)
+    return false;  // a binary operator, read from kTable
+  ++cur;
+  std::string num = consume_while(digit);
+  if (!num.empty() && cur < src.size() && src[cur] == '.' && digit(src, cur + 1)) {
+    ++cur;
+    num += "." + consume_while(digit);
+  }
+  push(num.empty() ? TokenType::kUnary : TokenType::kNumber, std::string(1, c) + num, start);
+  return true;
+}
+
+// The first kTable sequence at `cur` ("}}" is not a tag end while a `{` is open in the expression).
+bool Lexer::lex_fixed() {
+  const size_t start = cur;
+  for (const Fixed& f : kTable) {
+    if (f.type == TokenType::kCloseExpression && curly_depth > 0) continue;
+    if (!at(f.seq)) continue;
+    push(f.type, f.seq, start);
+    if (f.type == TokenType::kOpenExpression) curly_depth = 0;
+    else if (f.type == TokenType::kOpenCurly) ++curly_depth;
+    else if (f.type == TokenType::kCloseCurly) --curly_depth;
+    cur += std::char_traits<char>::length(f.seq);
+    return true;
+  }
+  return false;
+}
+
+// A string literal in '...' or "...", escapes resolved.
+bool Lexer::lex_string() {
+  const char c = src[cur];
+  const size_t start = cur;
+  if (c != '\'' && c != '"') return false;
+  ++cur;
+  std::string s = consume_while([c](const std::string& t, size_t p) { return t[p] != c; });
+  push(TokenType::kString, std::move(s), start);
+  ++cur;
+  return true;
+}
+
+// Digits, with a fraction unless the number follows a '.' (`x.0.1` is an index path, not 0.1).
+bool Lexer::lex_number() {
+  const size_t start = cur;
+  if (!digit(src, cur)) return false;
+  std::string num = consume_while(digit);
+  if ((tokens.empty() || tokens.back().type != TokenType::kDot) && cur < src.size() && src[cur] == '.' &&
+      digit(src, cur + 1)) {
+    ++cur;
+    num += "." + consume_while(digit);
+  }
+  push(TokenType::kNumber, std::move(num), start);
+  return true;
+}
+
+bool Lexer::lex_identifier() {
+  const size_t start = cur;
+  if (!word(src, cur)) return false;
+  push(TokenType::kIdentifier, consume_while(word), start);
+  return true;
+}
+
 void Lexer::run() {
-  int curly_depth = 0;
   while (cur < src.size()) {
     bool none;
-    TokenType last = last_type(&none);
-    if (none || last == TokenType::kCloseStatement || last == TokenType::kCloseExpression ||
-        last == TokenType::kComment) {
-      const size_t start = cur;
-      while (cur < src.size() &&
-             !(src[cur] == '{' && cur + 1 < src.size() && (src[cur + 1] == '%' || src[cur + 1] == '{' || src[cur + 1] == '#')))
-        ++cur;
-      if (cur > start) {
-        push(TokenType::kText, src.substr(start, cur - start), start);
-        continue;
-      }
-    }
+    const TokenType last = last_type(&none);
+    const bool after_tag = none || last == TokenType::kCloseStatement || last == TokenType::kCloseExpression ||
+                           last == TokenType::kComment;
+    if (after_tag && lex_text()) continue;
     if (at("{#")) {
-      const size_t start = cur;
-      cur += 2;
-      const bool strip_before = cur < src.size() && src[cur] == '-';
-      if (strip_before) ++cur;
-      std::string comment;
-      while (!(cur + 1 < src.size() && src[cur] == '#' && src[cur + 1] == '}')) {
-        if (cur + 2 >= src.size()) fail("missing end of comment tag");
-        comment += src[cur++];
-      }
-      const bool strip_after = !comment.empty() && comment.back() == '-';
-      if (strip_after) comment.pop_back();
-      if (strip_before) strip_trailing_whitespace();
-      push(TokenType::kComment, comment, start);
-      cur += 2;
-      if (strip_after) skip_leading_whitespace();
+      lex_comment();
       continue;
     }
-    if (at("{%-")) {
-      strip_trailing_whitespace();
-      push(TokenType::kOpenStatement, "{%", cur);
-      cur += 3;
-      continue;
-    }
-    if (at("{{-")) {
-      strip_trailing_whitespace();
-      push(TokenType::kOpenExpression, "{{", cur);
-      curly_depth = 0;
-      cur += 3;
-      continue;
-    }
+    if (lex_open_with_strip()) continue;
     consume_while(space);
-    if (at("-%}")) {
-      push(TokenType::kCloseStatement, "%}", cur);
-      cur += 3;
-      skip_leading_whitespace();
+    if (lex_close_with_strip() || lex_signed_number() || lex_fixed() || lex_string() || lex_number() ||
+        lex_identifier())
       continue;
-    }
-    if (at("-}}")) {
-      push(TokenType::kCloseExpression, "}}", cur);
-      cur += 3;
-      skip_leading_whitespace();
-      continue;
-    }
-    const char c = src[cur];
-    const size_t start = cur;
-    if (c == '-' || c == '+') {
-      last = last_type(&none);
-      if (none || last == TokenType::kText) fail(std::string("unexpected character: ") + c);
-      if (last != TokenType::kIdentifier && last != TokenType::kNumber && last != TokenType::kString &&
-          last != TokenType::kCloseParen && last != TokenType::kCloseBracket) {
-        ++cur;
-        std::string num = consume_while(digit);
-        if (!num.empty() && cur < src.size() && src[cur] == '.' && digit(src, cur + 1)) {
-          ++cur;
-          num += "." + consume_while(digit);
-        }
-        push(num.empty() ? TokenType::kUnary : TokenType::kNumber, std::string(1, c) + num, start);
-        continue;
-      }
-    }
-    bool matched = false;
-    for (const Fixed& f : kTable) {
-      if (f.type == TokenType::kCloseExpression && curly_depth > 0) continue;
-      if (!at(f.seq)) continue;
-      push(f.type, f.seq, start);
-      if (f.type == TokenType::kOpenExpression) curly_depth = 0;
-      else if (f.type == TokenType::kOpenCurly) ++curly_depth;
-      else if (f.type == TokenType::kCloseCurly) --curly_depth;
-      cur += std::char_traits<char>::length(f.seq);
-      matched = true;
-      break;
-    }
-    if (matched) continue;
-    if (c == '\'' || c == '"') {
-      ++cur;
-      std::string s = consume_while([c](const std::string& t, size_t p) { return t[p] != c; });
-      push(TokenType::kString, std::move(s), start);
-      ++cur;
-      continue;
-    }
-    if (digit(src, cur)) {
-      std::string num = consume_while(digit);
-      if ((tokens.empty() || tokens.back().type != TokenType::kDot) && cur < src.size() && src[cur] == '.' &&
-          digit(src, cur + 1)) {
-        ++cur;
-        num += "." + consume_while(digit);
-      }
-      push(TokenType::kNumber, std::move(num), start);
-      continue;
-    }
-    if (word(src, cur)) {
-      push(TokenType::kIdentifier, consume_while(word), start);
-      continue;
-    }
-    fail(std::string("unexpected character: ") + c);
+    fail(std::string("unexpected character: ") + src[cur]);
   }
 }
 

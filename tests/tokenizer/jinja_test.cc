@@ -51,6 +51,13 @@ TEST(Jinja, ErrorsSayWhatFailed) {
   EXPECT_NE(message("{{ 1 is nosuchtest }}").find("unknown test \"nosuchtest\""), std::string::npos);
   EXPECT_NE(message("{{ '\\q' }}").find("unexpected escaped character"), std::string::npos);
   EXPECT_NE(message("{% for x in 3 %}{% endfor %}").find("expected a list or mapping"), std::string::npos);
+  EXPECT_NE(message("{{ 'a' | indent(1000000000000) }}").find("wider than"), std::string::npos);
+}
+
+// indent() with a negative width indents by nothing, as Python's ' ' * width (it used to throw std::length_error).
+TEST(Jinja, IndentWithNegativeWidthIsPythons) {
+  EXPECT_EQ(render("[{{ 'a\nb' | indent(-1) }}]"), "[a\nb]");
+  EXPECT_EQ(render("[{{ 'a\nb' | indent(2) }}]"), "[a\n  b]");
 }
 
 // Where @huggingface/jinja departs from Python's Jinja (what models were trained with), Python wins.
