@@ -4,7 +4,7 @@
 // level. Prints tokens/s, ratios to target-only at the same level and to the same arm at concurrency 1, tokens per
 // round, tree size, how often the policy switched speculation off, and the scheduler's share of a step; writes the
 // per-batch decisions (theta, tree size) to JSON.
-// "model tok/s" prices the very steps the engine ran with the cost model (spec::step_cost_ms) instead of the clock: with --cost-model
+// "model tok/s" prices the very steps the engine ran with the cost model (step_cost_ms) instead of the clock: with --cost-model
 // of a bigger (memory-bound) target it projects what the policy's decisions would give there, using the shipped
 // pair's real acceptance.
 #include <CLI/CLI.hpp>
@@ -51,7 +51,7 @@ struct ArmResult {
 };
 
 ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& prompts, const Arm& arm, int concurrency,
-                  float temperature, int max_tokens, const spec::CostModel& cost, uint64_t seed, double prior) {
+                  float temperature, int max_tokens, const CostModel& cost, uint64_t seed, double prior) {
   ArmResult res;
   EngineConfig config;
   config.max_batch = concurrency;
@@ -65,7 +65,7 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
     int drafting = 0;
     for (const RoundDecision& d : r.decisions) drafting += d.speculate;
     if (r.batch > 0)
-      res.modelled_ms += spec::step_cost_ms(cost, r.batch, std::max(r.batch, r.forward_rows - r.prefill_tokens),
+      res.modelled_ms += step_cost_ms(cost, r.batch, std::max(r.batch, r.forward_rows - r.prefill_tokens),
                                             drafting);
     if (r.prefill_tokens > 0) res.modelled_ms += cost.cost_ms(1, r.prefill_tokens);
     if (r.batch == concurrency && r.prefill_tokens == 0 && (drafting == 0 || drafting == r.batch)) {
@@ -165,7 +165,7 @@ int bench_engine(int argc, char** argv) {
   if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);
 
   double t0 = now_ms();
-  spec::CostModel cost;
+  CostModel cost;
   if (!cost_path.empty()) {
     cost = read_cost_model(cost_path);
   } else {

@@ -2,7 +2,7 @@
 // context at batch b, the weight bandwidth at k = 1 against the machine's read bandwidth measured in the same run
 // (by a streaming loop, just before each variant's curve), and prefill tokens/s of a 128-token prompt against
 // decode tokens/s. --isa avx2,avx512 measures several kernel variants side by side in one run. The load-adaptive
-// tree policy (spec/theta_policy.h) reads this curve.
+// tree policy (engine/cost_model.h) reads this curve.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -54,7 +54,7 @@ struct VariantResult {
   std::string format;  // the target's weight format (TargetModel::weight_format)
   double weight_gb = 0;  // packed weights one forward streams
   double bandwidth_gbs = 0, prefill_ms = 0;
-  spec::CostModel cost;
+  CostModel cost;
 };
 
 // The drafter's share of a round, next to the target's decode step (last variant measured): one block forward
@@ -215,7 +215,7 @@ int bench_forward(int argc, char** argv) {
     v.bandwidth_gbs = ts::measure_read_bandwidth_gbs(size_t(1) << 30);
     v.cost = measure_cost_curve(*model, opt);
     if (prefill_tokens > 0) v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
-    const spec::CostModel& cost = v.cost;
+    const CostModel& cost = v.cost;
     std::printf("weights %s, %.3f GB; ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n",
                 v.format.c_str(), weight_gb, isa_name(isa), num_threads(), v.bandwidth_gbs);
     std::printf("%-6s", "batch");

@@ -1,15 +1,15 @@
 // treespark bench round: where one speculative round's time goes, phase by phase, on a model pair.
 //
-// The round is the one Generator runs (engine/generator.cc), mirrored here with a timer around each phase:
+// The round is the engine's (spec_decode::Round, driven here for one request with a timer around each phase):
 //   draft   Drafter::draft_block (one drafter forward over [anchor, mask x (block - 1)])
-//   tree    spec::expand (tree build: conditional logits, draft softmax, selection / draws)
+//   tree    Round::draft (tree build: conditional logits, draft softmax, selection / draws)
 //   target  the target forward over [anchor + tree] with the ancestor mask
-//   walk    spec::verify (the verification walk)
+//   walk    Round::finish (the verification walk)
 //   extend  KV commit, the accepted rows' taps gathered and the drafter's context extended
 // and the same prompts decoded by the target alone (Generator, mode none) for tokens/s side by side. At T = 0 it
 // also checks greedy identity (the speculative tokens must equal the target-only ones) and fails if they differ.
-// It uses only the model / spec interfaces, so the same file builds against an older checkout for a before/after
-// comparison (tools/bench/compare_round.sh).
+// It drives the round without the engine's batching, so the phases are timed alone; the engine's own rounds are
+// timed per phase by its step reports (bench engine).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -27,8 +27,7 @@
 #include "prompt_file.h"
 #include "sampling/chooser.h"
 #include "sampling/distribution.h"
-#include "spec/expand.h"
-#include "spec/verify.h"
+#include "spec_decode/round.h"
 
 namespace ts::bench {
 
@@ -65,9 +64,9 @@ int32_t sample_row(const float* logits, int vocab, const SamplingParams& params,
   return chooser.choose(probs->data(), vocab);
 }
 
-// One speculative generation with the round phases timed (same steps as Generator::generate, mode tree).
+// One speculative generation with the round phases timed (the engine's round for one request, mode tree).
 PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
-                            const spec::Calibration& calibration, std::vector<int32_t>* ids) {
+                            const spec_decode::Calibration& calibration, std::vector<int32_t>* ids) {
   TargetModel& target = *bundle.target;
   Drafter& drafter = *bundle.drafter;
   const int V = target.config().vocab_size, H = target.config().hidden_size, B = drafter.block_size();
@@ -99,29 +98,30 @@ PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& pro
   std::vector<float> base_logits(size_t(B) * V);  // [B, V]
   bool in_walk = false;
   std::set<int32_t> parents;
+  spec_decode::TreeParams params;
+  static_cast<spec_decode::TreeShape&>(params) = opt.tree;
+  params.mode = DecodeMode::Tree;
+  params.temperature = opt.sampling.temperature;
   while (int(ids->size()) < opt.max_new_tokens) {
     const int pos = cache.length();
     if (pos + B + 1 > max_ctx) break;
     const double t0 = now_ms();
     drafter.draft_block(dstate, anchor, pos, base_logits.data());
-    spec::DraftSource source;
-    source.vocab = V;
-    source.block_size = B;
-    source.base_logits = [&](int depth, float* out) {
-      std::memcpy(out, &base_logits[size_t(depth - 1) * V], sizeof(float) * V);
-    };
-    source.conditional_logits = [&](int depth, int32_t parent, float* out) {
+    spec_decode::DraftedBlock block;
+    block.vocab = V;
+    block.block_size = B;
+    block.base_logits = base_logits.data();
+    block.add_markov_bias = [&](int32_t parent, float* out) {  // counts q's computations, phase by phase
       ++(in_walk ? t.q_calls_walk : t.q_calls_tree);
       parents.insert(parent);
-      std::memcpy(out, &base_logits[size_t(depth - 1) * V], sizeof(float) * V);
       drafter.add_markov_bias(parent, out);
     };
+    spec_decode::Round round(std::move(block));
     const double t1 = now_ms();
-    spec::TreeParams params = opt.tree;
-    params.temperature = opt.sampling.temperature;
     in_walk = false;
     parents.clear();
-    const spec::DraftTree tree = spec::expand(source, anchor, params, calibration, chooser);
+    round.draft(anchor, params, calibration, chooser);
+    const spec_decode::DraftTree& tree = round.tree();
     const double t2 = now_ms();
     const int n = tree.size();
     ForwardBatch b;
@@ -135,24 +135,22 @@ PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& pro
     target.forward(b, {&cache}, &fr);
     const double t3 = now_ms();
     in_walk = true;
-    const spec::VerifyResult vr = spec::verify(tree, fr.logits.data(), opt.sampling, source, chooser);
+    const spec_decode::RoundOutcome out = round.finish(fr.logits.data(), opt.sampling, chooser);
     const double t4 = now_ms();
-    std::vector<int32_t> keep = {0};
-    keep.insert(keep.end(), vr.accepted_nodes.begin(), vr.accepted_nodes.end());
-    cache.commit(keep);
-    std::vector<int32_t> keep_positions;
-    for (int32_t node : keep) keep_positions.push_back(pos + tree.depth[node]);
-    gather_rows(fr.hidden, n_taps, n, H, keep, &ctx);
-    drafter.extend_context(dstate, ctx.data(), keep_positions.data(), int(keep.size()));
+    cache.commit(out.kept_nodes);
+    std::vector<int32_t> kept_positions;
+    for (int32_t depth : out.kept_depths) kept_positions.push_back(pos + depth);
+    gather_rows(fr.hidden, n_taps, n, H, out.kept_nodes, &ctx);
+    drafter.extend_context(dstate, ctx.data(), kept_positions.data(), int(out.kept_nodes.size()));
     const double t5 = now_ms();
     t.draft += t1 - t0, t.tree += t2 - t1, t.target += t3 - t2, t.walk += t4 - t3, t.extend += t5 - t4;
     t.round += t5 - t0;
     t.rounds += 1;
-    t.accepted += long(vr.accepted_nodes.size());
-    t.nodes += n - 1;
+    t.accepted += long(out.accepted);
+    t.nodes += out.draft_nodes;
     t.parents_distinct += long(parents.size());
-    for (int32_t tok : vr.emitted) ids->push_back(tok);
-    anchor = vr.bonus_token;
+    for (const spec_decode::RoundOutcome::Emitted& e : out.emitted) ids->push_back(e.token);
+    anchor = out.emitted.back().token;
   }
   ids->resize(std::min<size_t>(ids->size(), size_t(opt.max_new_tokens)));
   t.generated = long(ids->size());
@@ -212,7 +210,7 @@ int bench_round(int argc, char** argv) {
               "walk", "extend", "drafter", "spec t/s", "none t/s", "x", "tok/r", "nodes", "q/r");
   int failures = 0;
   for (float temperature : temperatures) {
-    const spec::Calibration calibration = bundle.calibration.lookup(temperature);
+    const spec_decode::Calibration calibration = bundle.calibration.lookup(temperature);
     Generator plain(*bundle.target, nullptr);
     PhaseTotals all;
     for (size_t p = 0; p < set.prompt_ids.size(); ++p) {
@@ -221,7 +219,7 @@ int bench_round(int argc, char** argv) {
         o.sampling.temperature = temperature;
         o.sampling.seed = seed + uint64_t(p) * 1000 + uint64_t(rep);
         o.max_new_tokens = max_tokens;
-        o.tree.mode = spec::TreeMode::Tree;
+        o.mode = DecodeMode::Tree;
         o.tree.theta = theta;
         o.tree.node_cap = node_cap;
         o.tree.branch_cap = branch_cap;
@@ -258,15 +256,3 @@ int bench_round(int argc, char** argv) {
 }
 
 }  // namespace ts::bench
-
-#ifdef TS_BENCH_ROUND_MAIN
-// Standalone build for a before/after comparison against an older checkout's libraries (bench/compare_round.sh).
-int main(int argc, char** argv) {
-  try {
-    return ts::bench::bench_round(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
-#endif

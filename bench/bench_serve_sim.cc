@@ -69,7 +69,7 @@ struct SimConfig {
   uint64_t seed = 1;
 };
 
-ServeRow simulate(const SimConfig& c, const spec::CostModel& cost, const Traces& traces) {
+ServeRow simulate(const SimConfig& c, const CostModel& cost, const Traces& traces) {
   std::mt19937_64 rng(c.seed);
   std::exponential_distribution<double> gap(c.rate);
   std::vector<double> arrivals;
@@ -211,7 +211,7 @@ int bench_serve_simulate(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const spec::CostModel cost = read_cost_model(cost_path);
+  const CostModel cost = read_cost_model(cost_path);
   const Traces traces = read_traces(traces_path);
   std::vector<double> rates;
   {

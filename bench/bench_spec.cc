@@ -23,7 +23,6 @@ namespace {
 struct ArmSpec {
   std::string name;
   DecodeMode mode;
-  spec::TreeMode priority;
   double theta;
   int node_cap, branch_cap, draft_len;
   int load_batch = 0;  // > 0: load-adaptive theta priced at this batch size
@@ -87,22 +86,22 @@ int bench_spec(int argc, char** argv) {
   if (chain_lens.empty())
     for (int k = 2; k < block; ++k) chain_lens.push_back(k);
 
-  std::vector<ArmSpec> arms = {{"none", DecodeMode::None, spec::TreeMode::Tree, 0, 1, 1, 1}};
+  std::vector<ArmSpec> arms = {{"none", DecodeMode::None, 0, 1, 1, 1}};
   for (int k : chain_lens)
-    arms.push_back({"chain-" + std::to_string(k), DecodeMode::Chain, spec::TreeMode::Chain, 0, k, 1, k});
+    arms.push_back({"chain-" + std::to_string(k), DecodeMode::Chain, 0, k, 1, k});
   for (int n : fixed_caps)
-    arms.push_back({"fixed-" + std::to_string(n), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, n, branch_cap, 0});
-  arms.push_back({"marginal-16", DecodeMode::Tree, spec::TreeMode::Marginal, 0.0, 16, branch_cap, 0});
-  arms.push_back({"treespark", DecodeMode::Tree, spec::TreeMode::Tree, theta, 64, branch_cap, 0});
+    arms.push_back({"fixed-" + std::to_string(n), DecodeMode::Tree, 0.0, n, branch_cap, 0});
+  arms.push_back({"marginal-16", DecodeMode::Marginal, 0.0, 16, branch_cap, 0});
+  arms.push_back({"treespark", DecodeMode::Tree, theta, 64, branch_cap, 0});
   for (int load : adaptive_loads) {
-    arms.push_back({"adaptive-b" + std::to_string(load), DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 64, branch_cap, 0,
+    arms.push_back({"adaptive-b" + std::to_string(load), DecodeMode::Tree, 0.0, 64, branch_cap, 0,
                     load});
     // The same without the online refit of the calibration's shift: what the refit buys.
-    arms.push_back({"adaptive-b" + std::to_string(load) + "-fixcal", DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 64,
+    arms.push_back({"adaptive-b" + std::to_string(load) + "-fixcal", DecodeMode::Tree, 0.0, 64,
                     branch_cap, 0, load, false});
   }
   // The cost curve the adaptive arms price nodes with, measured once here (batch 1 and each load).
-  spec::CostModel cost;
+  CostModel cost;
   if (!adaptive_loads.empty()) {
     CostCurveOptions co;
     co.context = std::min(256, bundle.target->config().max_position_embeddings - 64);
@@ -126,7 +125,7 @@ int bench_spec(int argc, char** argv) {
   nlohmann::json out = nlohmann::json::array();
   for (float temperature : temperatures) {
     // The calibration fitted under this run's filter (sampled drafts are filtered like the target).
-    const spec::DraftFilter filter{temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f, 0.0f};
+    const spec_decode::DraftFilter filter{temperature > 0 ? top_k : 0, temperature > 0 ? top_p : 1.0f, 0.0f};
     Generator gen(*bundle.target, bundle.drafter.get(), bundle.calibration.lookup(temperature, filter));
     std::vector<ArmTotals> totals(arms.size());
     for (size_t p = 0; p < set.prompt_ids.size(); ++p) {
@@ -139,15 +138,13 @@ int bench_spec(int argc, char** argv) {
         o.max_new_tokens = max_tokens;
         o.stop_ids = bundle.stop_ids();
         o.mode = arm.mode;
-        o.tree.mode = arm.priority;
         o.tree.theta = arm.theta;
         o.tree.node_cap = arm.node_cap;
         o.tree.branch_cap = arm.branch_cap;
         o.tree.draft_len = arm.draft_len > 0 ? arm.draft_len : block - 1;
         o.online_calibration = arm.online_calibration;
         if (arm.load_batch > 0) {
-          o.tree.cost_model = &cost;
-          o.tree.batch = arm.load_batch;
+          o.fixed_pricing = RequestOptions::FixedPricing{cost, arm.load_batch, 0};
         }
         GenerationResult r = gen.generate(set.prompt_ids[p], o);
         ArmTotals& t = totals[a];

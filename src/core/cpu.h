@@ -86,7 +86,7 @@ int default_threads_for(size_t weight_bytes);
 // What a command does once its target is loaded: threads (`threads` > 0, else default_threads_for), and, unless
 // the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step of a
 // cache-resident model costs more on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a DRAM-bound
-// model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, Kernels;
+// model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, "Kernels and weights";
 // docs/results/optimization-notes.md, "Small models: avx512 instead of amx").
 void configure_for_model(size_t weight_bytes, int threads);
 

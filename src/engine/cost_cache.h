@@ -25,7 +25,7 @@
 
 #include "model/drafter.h"
 #include "model/target_model.h"
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
 
 namespace ts {
 
@@ -45,7 +45,7 @@ constexpr double kStaleCacheRatio = 0.75;
 constexpr double kStaleCacheMinMs = 0.2;  // and by at least this much: microsecond forwards are all noise
 
 struct CostCacheResult {
-  spec::CostModel cost;
+  CostModel cost;
   std::string path;         // the cache file (read, written, or that would have been)
   bool from_cache = false;
   double measure_ms = 0;    // wall time spent measuring (0 from the cache)

@@ -21,7 +21,7 @@ double median(std::vector<double> v) {
 
 std::vector<int> policy_token_counts() { return {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 24, 32}; }
 
-void make_monotone_in_k(spec::CostModel& cost) {
+void make_monotone_in_k(CostModel& cost) {
   const size_t K = cost.tokens.size();
   for (size_t b = 0; b < cost.batches.size(); ++b) {
     double* row = &cost.ms[b * K];  // [K]
@@ -63,11 +63,11 @@ void fill_context(TargetModel& model, KVCache& cache, int tokens, int salt) {
   }
 }
 
-// The context term of L (spec::CostModel::context): one sequence filled to opt.context and one to opt.long_context,
+// The context term of L (CostModel::context): one sequence filled to opt.context and one to opt.long_context,
 // k = 1 and k = max_k timed on both, alternated rep by rep so drift hits both contexts alike. The slopes follow
 // from the two differences: per context token ms_per_context_seq = d(k=1), ms_per_context_row = (d(max_k) -
 // d(1)) / (max_k - 1); a noisy negative difference counts as none.
-void fit_context_term(TargetModel& model, const CostCurveOptions& opt, int max_k, spec::CostModel& cost) {
+void fit_context_term(TargetModel& model, const CostCurveOptions& opt, int max_k, CostModel& cost) {
   const ModelConfig& c = model.config();
   const int long_ctx = std::min(opt.long_context, c.max_position_embeddings - max_k);
   if (long_ctx <= opt.context || max_k < 2) return;
@@ -106,12 +106,12 @@ void fit_context_term(TargetModel& model, const CostCurveOptions& opt, int max_k
 
 }  // namespace
 
-spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
+CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
   const ModelConfig& c = model.config();
   const int max_k = *std::max_element(opt.ks.begin(), opt.ks.end());
   TS_CHECK(opt.context + max_k <= c.max_position_embeddings, "cost curve: context ", opt.context, " + k ", max_k,
            " exceeds the model's ", c.max_position_embeddings, " positions");
-  spec::CostModel cost;
+  CostModel cost;
   cost.batches = opt.batches;
   cost.tokens = opt.ks;
   for (int b : opt.batches) {
@@ -196,7 +196,7 @@ std::vector<double> measure_draft_ms_by_batch(Drafter& drafter, int context, con
   return out;
 }
 
-spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, const ServingCostOptions& o) {
+CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, const ServingCostOptions& o) {
   CostCurveOptions co;
   co.context = std::min(o.context, target.config().max_position_embeddings -
                                        *std::max_element(o.ks.begin(), o.ks.end()) - 1);
@@ -205,7 +205,7 @@ spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, cons
   co.reps = o.reps;
   co.monotone = true;
   co.long_context = o.long_context;
-  spec::CostModel cost = measure_cost_curve(target, co);
+  CostModel cost = measure_cost_curve(target, co);
   if (drafter) {
     cost.fixed_ms_by_batch = measure_draft_ms_by_batch(*drafter, co.context, o.batches, o.reps);
     cost.fixed_ms = cost.fixed_ms_by_batch.front();
@@ -214,7 +214,7 @@ spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, cons
   return cost;
 }
 
-std::string cost_model_to_json(const spec::CostModel& c) {
+std::string cost_model_to_json(const CostModel& c) {
   nlohmann::json j;
   j["version"] = 1;
   j["batches"] = c.batches;
@@ -233,7 +233,7 @@ std::string cost_model_to_json(const spec::CostModel& c) {
   return j.dump(2) + "\n";
 }
 
-spec::CostModel cost_model_from_json(const std::string& text) {
+CostModel cost_model_from_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -243,7 +243,7 @@ spec::CostModel cost_model_from_json(const std::string& text) {
   TS_CHECK(j.is_object() && j.value("version", 0) == 1, "cost model: expected an object with \"version\": 1");
   for (const char* key : {"batches", "tokens", "ms"})
     TS_CHECK(j.contains(key) && j[key].is_array(), "cost model: missing array \"", key, "\"");
-  spec::CostModel c;
+  CostModel c;
   try {
     c.batches = j["batches"].get<std::vector<int>>();
     c.tokens = j["tokens"].get<std::vector<int>>();
@@ -264,7 +264,7 @@ spec::CostModel cost_model_from_json(const std::string& text) {
   return c;
 }
 
-spec::CostModel read_cost_model(const std::string& path) {
+CostModel read_cost_model(const std::string& path) {
   std::ifstream in(path);
   TS_CHECK(in, "cannot read cost model file ", path);
   std::stringstream text;
@@ -276,7 +276,7 @@ spec::CostModel read_cost_model(const std::string& path) {
   }
 }
 
-void write_cost_model(const std::string& path, const spec::CostModel& cost) {
+void write_cost_model(const std::string& path, const CostModel& cost) {
   std::ofstream out(path);
   TS_CHECK(out, "cannot write cost model file ", path);
   out << cost_model_to_json(cost);

@@ -1,5 +1,5 @@
 // Measuring L(b, k): the wall-clock cost of one target forward of k tokens per sequence at batch b over a context.
-// The load-adaptive theta (spec/theta_policy.h) prices a tree node with this curve; `treespark bench forward`
+// The load-adaptive theta (engine/cost_model.h) prices a tree node with this curve; `treespark bench forward`
 // prints it.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include "model/drafter.h"
 #include "model/target_model.h"
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
 
 namespace ts {
 
@@ -33,10 +33,10 @@ struct CostCurveOptions {
 };
 
 // In place: each batch's costs, as a function of k, replaced by their least-squares non-decreasing fit.
-void make_monotone_in_k(spec::CostModel& cost);
+void make_monotone_in_k(CostModel& cost);
 
 // Timed forwards leave the caches as they were (their rows are dropped).
-spec::CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& options);
+CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& options);
 
 // Median ms of one drafter block forward over a context of `context` tokens: the part of a round's cost that
 // does not grow with the tree (CostModel::fixed_ms).
@@ -56,16 +56,16 @@ struct ServingCostOptions {
   std::vector<int> batches = {1, 2, 4, 8, 16};
   int reps = 3;
 };
-spec::CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, const ServingCostOptions& options);
+CostModel measure_serving_cost(TargetModel& target, Drafter* drafter, const ServingCostOptions& options);
 
 // The cost model as JSON, to measure once and load at start-up:
 //   {"version": 1, "batches": [..], "tokens": [..], "ms": [[L(b0, k0), ..], ..], "fixed_ms": F,
 //    "fixed_ms_by_batch": [..], "context": c, "ms_per_context_seq": s, "ms_per_context_row": r}
 // (the last three optional: a file without them prices every context as the curve's own).
 // Reading validates the model (CostModel::validate) and names what is missing.
-std::string cost_model_to_json(const spec::CostModel& cost);
-spec::CostModel cost_model_from_json(const std::string& text);
-spec::CostModel read_cost_model(const std::string& path);
-void write_cost_model(const std::string& path, const spec::CostModel& cost);
+std::string cost_model_to_json(const CostModel& cost);
+CostModel cost_model_from_json(const std::string& text);
+CostModel read_cost_model(const std::string& path);
+void write_cost_model(const std::string& path, const CostModel& cost);
 
 }  // namespace ts

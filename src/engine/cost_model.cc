@@ -1,11 +1,11 @@
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 
-namespace ts::spec {
+namespace ts {
 
 void CostModel::validate() const {
   TS_CHECK(!batches.empty() && tokens.size() >= 2, "cost model: need >= 1 batch and >= 2 token counts, got ",
@@ -97,15 +97,4 @@ double round_cost_ms(const CostModel& cost, int batch, int k, double ctx, double
   return cost.cost_ms(batch, double(k), ctx) + cost.fixed_cost_ms(batch) + std::max(0.0, node_ms) * (k - 1);
 }
 
-bool node_pays_ahead(const CostModel& cost, int batch, int k, double expected_tokens, double next_survival,
-                     int max_more, double ctx, double node_ms) {
-  TS_CHECK(k >= 1, "node_pays_ahead: the tree holds at least the anchor, got size ", k);
-  const double now = round_cost_ms(cost, batch, k, ctx, node_ms);
-  for (int m = 1; m <= max_more; ++m) {
-    const double later = round_cost_ms(cost, batch, k + m, ctx, node_ms);
-    if ((expected_tokens + m * next_survival) * now >= expected_tokens * later) return true;
-  }
-  return false;
-}
-
-}  // namespace ts::spec
+}  // namespace ts

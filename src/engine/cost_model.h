@@ -1,4 +1,4 @@
-// Load-adaptive theta: how much survival a new tree node must have to pay for the extra verification work.
+// The measured cost model and its prices. Load-adaptive theta: how much survival a new tree node must have to pay for the extra verification work.
 //
 // A round that verifies k tokens per sequence (anchor + k - 1 tree nodes) at batch b costs L(b, k) ms and emits
 // E = 1 + sum of the nodes' survivals tokens in expectation. Adding a node of survival s changes the rate of
@@ -8,12 +8,13 @@
 // On a memory-bound target L barely grows with k, so the threshold is near 0 and the tree grows; as the batch
 // grows the forward becomes compute-bound, L(b, k) -> c * k (linear through 0), the threshold tends to E / k,
 // which is 1 for the first node and stays close to 1 while survivals are high: the tree shrinks toward the chain.
-// Expansion uses max(theta, this threshold) when TreeParams::cost_model is set (expand.h).
+// The engine prices each round's expansion with round_cost_ms below (spec_decode/expand.h: RoundCost,
+// node_pays_ahead), and the scheduler prices whole steps with step_cost_ms.
 #pragma once
 
 #include <vector>
 
-namespace ts::spec {
+namespace ts {
 
 // Measured L(batch, k): ms of one target forward of k tokens per sequence at that batch size.
 struct CostModel {
@@ -63,17 +64,6 @@ double adaptive_theta(const CostModel& cost, int batch, int tree_size_so_far, do
 //   C(k) = L(batch, k, ctx) + F(batch) + node_ms * (k - 1).
 double round_cost_ms(const CostModel& cost, int batch, int k, double ctx = -1, double node_ms = 0);
 
-// The round-level stop rule of tree expansion. A tree of k tokens (anchor included) that emits expected_tokens
-// in expectation is about to admit a node whose survival is next_survival (known before its draw). True iff some
-// m in 1..max_more nodes, each worth next_survival, give at least the current rate:
-//   (expected_tokens + m * next_survival) / C(k + m) >= expected_tokens / C(k).
-// m = 1 is the marginal threshold above; larger m cross a step of the cost curve (L is a staircase set by the
-// GEMM tiles) when the nodes after it are nearly free. Best-first bounds pushed later are no higher than the one
-// popped (children are worth at most their parent), except where a later sibling's rank offset exceeds an earlier
-// one's, so next_survival bounds the later nodes and a false answer is final but for that case.
-bool node_pays_ahead(const CostModel& cost, int batch, int k, double expected_tokens, double next_survival,
-                     int max_more, double ctx = -1, double node_ms = 0);
-
 // Whether speculating pays at this batch: a round with k tokens per sequence (anchor included) that emits
 // expected_tokens tokens gives expected_tokens / (L(b, k) + F(b)) tokens per ms per sequence; plain decoding gives
 // 1 / L(b, 1). True iff the first is at least the second (the serving policy switches speculation off otherwise).
@@ -85,4 +75,4 @@ bool speculation_pays(const CostModel& cost, int batch, int k, double expected_t
 // The scheduler chooses which requests speculate by this price (scheduler.h); bench engine prices steps with it.
 double step_cost_ms(const CostModel& cost, int batch, double rows, int drafting, double ctx = -1);
 
-}  // namespace ts::spec
+}  // namespace ts

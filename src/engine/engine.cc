@@ -15,6 +15,18 @@ namespace {
 
 constexpr int kMaxTreeNodes = 1024;  // one round's tree rows are reserved in KV memory: keep them bounded
 
+// What expansion reads for this request: its shape and mode, drafting at its temperature with its processors
+// (sampled drafts closer to the processed p are accepted more: draft_source.h). A chain has one child per node.
+spec_decode::TreeParams tree_params_for(const RequestOptions& o) {
+  spec_decode::TreeParams t;
+  static_cast<spec_decode::TreeShape&>(t) = o.tree;
+  t.mode = o.mode;
+  if (o.mode == DecodeMode::Chain) t.branch_cap = 1;
+  t.temperature = o.sampling.temperature;
+  t.filter = spec_decode::DraftFilter{o.sampling.top_k, o.sampling.top_p, o.sampling.min_p};
+  return t;
+}
+
 int tree_rows(const RequestOptions& o) {
   if (o.mode == DecodeMode::None) return 1;
   return std::max(o.tree.node_cap, o.tree.draft_len) + 2;
@@ -31,15 +43,7 @@ int context_need(const Request& r, int max_context) {
 Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
     : target_(target), drafter_(drafter), config_(std::move(config)), runner_(std::make_unique<Runner>()) {
   const ModelConfig& t = target_.config();
-  if (drafter_) {
-    const DrafterConfig& d = drafter_->config();
-    TS_CHECK(d.vocab_size == t.vocab_size, "drafter vocab_size ", d.vocab_size, " != target vocab_size ",
-             t.vocab_size);
-    TS_CHECK(d.target_hidden_size == t.hidden_size, "drafter target_hidden_size ", d.target_hidden_size,
-             " != target hidden_size ", t.hidden_size);
-    for (int32_t l : d.target_layer_ids)
-      TS_CHECK(l < t.num_layers, "drafter target_layer_ids has layer ", l, " but the target has ", t.num_layers);
-  }
+  if (drafter_) check_pair(drafter_->config(), t, "drafter");
   TS_CHECK(config_.max_batch >= 1, "max_batch must be >= 1, got ", config_.max_batch);
   TS_CHECK(config_.max_queue >= 0, "max_queue must be >= 0, got ", config_.max_queue);
   TS_CHECK(config_.max_context >= 2, "max_context must be >= 2, got ", config_.max_context);
@@ -78,7 +82,12 @@ void Engine::validate(const Request& r) const {
   auto bad = [](const std::string& m) { throw RequestRejected(RejectReason::BadParams, m); };
   try {
     validate_sampling_params(o.sampling);
-    if (o.mode != DecodeMode::None) spec::validate_tree_params(o.tree);
+    if (o.mode != DecodeMode::None) spec_decode::validate_tree_params(tree_params_for(o));
+    if (o.fixed_pricing) {
+      o.fixed_pricing->cost.validate();
+      TS_CHECK(o.fixed_pricing->batch >= 1, "fixed_pricing: batch must be >= 1, got ", o.fixed_pricing->batch);
+      TS_CHECK(o.fixed_pricing->node_ms >= 0, "fixed_pricing: node_ms must be >= 0, got ", o.fixed_pricing->node_ms);
+    }
   } catch (const RequestRejected&) {
     throw;
   } catch (const Error& e) {
@@ -137,15 +146,8 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   const RequestOptions& o = request.options;
   live->max_context = std::min(o.max_context, max_context_);
   live->speculative = o.mode != DecodeMode::None;
-  live->tree = o.tree;
-  if (o.mode == DecodeMode::Chain) {
-    live->tree.mode = spec::TreeMode::Chain;
-    live->tree.branch_cap = 1;
-  }
-  live->tree.temperature = o.sampling.temperature;
-  // Sampled drafts use the request's processors too (draft_source.h): closer to the processed p, accepted more.
-  live->tree.filter = spec::DraftFilter{o.sampling.top_k, o.sampling.top_p, o.sampling.min_p};
-  live->calibration = spec::OnlineCalibration(
+  live->tree = tree_params_for(o);  // mode None: never expanded
+  live->calibration = spec_decode::OnlineCalibration(
       o.calibration ? *o.calibration : config_.calibration.lookup(o.sampling.temperature, live->tree.filter));
   live->context_rows = context_need(request, live->max_context);
   live->reserve_rows = live->context_rows + tree_rows(o) +
@@ -162,7 +164,7 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   v.max_context = live->max_context;
   v.reserve_rows = live->reserve_rows;
   v.mode = o.mode;
-  v.adaptive = o.adaptive && !o.tree.cost_model && config_.cost_model.has_value();
+  v.adaptive = o.adaptive && !o.fixed_pricing && config_.cost_model.has_value();
   v.temperature = o.sampling.temperature;
   v.theta_floor = o.tree.theta;
   v.node_cap = o.mode == DecodeMode::Chain ? o.tree.draft_len : o.tree.node_cap;
@@ -323,7 +325,7 @@ StepReport Engine::step() {
     for (const RoundDecision& d : report.decisions) seen.drafting += d.speculate;
     seen.probe = plan.probe;
     try {
-      seen.modelled_ms = spec::step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
+      seen.modelled_ms = step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
                                             plan.mean_context);
       report.modelled_ms = seen.modelled_ms + sched::plain_residual_ms(sched_, report.batch) +
                            seen.drafting * sched::draft_residual_ms(sched_, report.batch);

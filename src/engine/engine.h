@@ -3,10 +3,10 @@
 //
 // One step() = schedule (scheduler.h, a pure function) + one run + update:
 //   1. one batched drafter forward over every speculating request's block (Drafter::draft_blocks);
-//   2. tree growth per request (spec::expand), priced at the live batch by the load-adaptive theta;
+//   2. tree growth per request (spec_decode::expand), priced at the live batch by the load-adaptive theta;
 //   3. ONE target forward over the ragged concatenation of every request's rows: prefill chunks (causal) and
 //      [anchor + tree] (ancestor mask), each sequence seeing only its own cache;
-//   4. per request: verification (spec::verify), KV compaction of the accepted path, drafter context extension,
+//   4. per request: verification (spec_decode::verify), KV compaction of the accepted path, drafter context extension,
 //      token events.
 // A failure inside the batched forwards re-runs the step's requests one at a time, so an exception fails only the
 // request that raised it. The single-request Generator (generator.h) is a client of this class.
@@ -18,19 +18,21 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cost_model.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/drafter.h"
 #include "model/target_model.h"
-#include "spec/calibration_file.h"
-#include "spec/theta_policy.h"
+#include "spec_decode/calibration_file.h"
+#include "spec_decode/round.h"
 
 namespace ts {
 
@@ -42,9 +44,9 @@ struct EngineConfig {
   int prefill_chunk = 256;     // prompt tokens prefilled per step, over all requests
   // KV memory all admitted requests may reserve together, bytes. 0 = enough for max_batch requests at max_context.
   int64_t kv_budget_bytes = 0;
-  // The measured cost curve L(b, k) and drafter cost F(b) (theta_policy.h): enables the load-adaptive policy for
+  // The measured cost curve L(b, k) and drafter cost F(b) (cost_model.h): enables the load-adaptive policy for
   // requests with options.adaptive. Unset: every request uses its own fixed theta and always speculates.
-  std::optional<spec::CostModel> cost_model;
+  std::optional<CostModel> cost_model;
   // Tokens per round the policy assumes for a request before it (or its temperature class) has been measured:
   // [0] greedy, [1] sampled (scheduler.h). A long-running engine soon replaces them with its own averages.
   double prior_tokens_per_round[2] = {2.5, 2.0};
@@ -56,7 +58,7 @@ struct EngineConfig {
   // alone under the same curve.
   bool deterministic_trees = false;
   // Edge calibration per temperature (a request's options.calibration overrides it).
-  spec::CalibrationTable calibration;
+  spec_decode::CalibrationTable calibration;
   // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping
   // thread; for logs and plots of the policy.
   std::function<void(const StepReport&)> on_step;
@@ -109,8 +111,17 @@ class Engine {
   void admit(Live& live);
   // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.
   void run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
+  // run()'s phases, in order.
+  void plan_items(const sched::Plan& plan, std::deque<Item>& items, std::vector<Item*>& spec_items,
+                  StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
+  void draft_blocks(const std::vector<Item*>& spec_items);  // one batched drafter forward (runner_->base_logits)
+  void grow_trees(const std::vector<Item*>& spec_items, StepReport& report);
+  void grow_tree(Item& item, const float* base_logits);   // the item's Round, drafted; base_logits [block, vocab]
+  void forward_all(std::deque<Item>& items, std::deque<ForwardResult>& results, StepReport& report);
   void forward_items(std::vector<Item*>& items, ForwardResult& result, bool want_taps);
+  void finish_all(std::deque<Item>& items, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
   void finish_item(Item& item, sched::SeqOutcome& outcome);
+  void record_round(Live& live, const spec_decode::RoundOutcome& round);  // stats, metrics, online calibration
   void flush_taps(Live& live);  // the drafter context catches up with the committed tokens
   // Appends a generated token; ends the request on a stop id or max_new_tokens. No-op once done.
   // logits: [vocab] the edited target row the token was chosen from (its logprobs, when the request wants them).
@@ -126,7 +137,7 @@ class Engine {
   int64_t kv_bytes_per_row_ = 0;
   sched::SchedulerState sched_;
   // Tree growth per draft node (expansion's ms / nodes over recent rounds after the first two, a robust window):
-  // the per-node work outside the target forward that adaptive trees price (spec::TreeParams::node_ms).
+  // the per-node work outside the target forward that adaptive trees price (round_cost_ms's node_ms).
   sched::ResidualWindow node_work_ms_;
   int64_t node_work_rounds_ = 0;  // rounds offered to node_work_ms_, the warm-up ones included
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

@@ -8,8 +8,8 @@
 #include "engine/engine.h"
 #include "sampling/chooser.h"
 #include "sampling/penalties.h"
-#include "spec/calibration_online.h"
-#include "spec/draft_tree.h"
+#include "spec_decode/calibration_online.h"
+#include "spec_decode/draft_tree.h"
 
 namespace ts {
 
@@ -21,8 +21,8 @@ struct Engine::Live {
   int context_rows = 0;          // context tokens it can ever hold: min(prompt + max_new_tokens, max_context)
   int reserve_rows = 0;          // KV rows reserved at admission: context_rows + tree rows (the cache's max_tokens)
   bool speculative = false;      // mode != None: keeps a drafter state fed with the target's taps
-  spec::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
-  spec::OnlineCalibration calibration;  // the request's (or the engine's) calibration, refitted as it decodes
+  spec_decode::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
+  spec_decode::OnlineCalibration calibration;  // the request's (or the engine's) calibration, refitted as it decodes
 
   // Allocated at admission.
   KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back
@@ -46,7 +46,7 @@ struct Engine::Live {
   FinishReason finish = FinishReason::None;
   std::string error;
   RequestStats stats;
-  std::vector<spec::EdgeRecord> edges;
+  std::vector<spec_decode::EdgeRecord> edges;
   double t_add_ms = 0;           // when add() queued it
   double t_last_tokens_ms = 0;   // when its previous tokens became final (inter-token latency)
   bool done() const { return finish != FinishReason::None; }

@@ -4,13 +4,14 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "core/timer.h"
 #include "engine/engine_live.h"
 #include "sampling/distribution.h"
 #include "sampling/logit_adjust.h"
 #include "sampling/penalties.h"
-#include "spec/verify.h"
+#include "spec_decode/round.h"
 
 namespace ts {
 
@@ -21,9 +22,7 @@ struct Engine::Item {
   sched::PrefillWork prefill;
   sched::DecodeWork decode;
   int anchor_pos = 0;               // Plain / Spec: the anchor's position (= committed rows)
-  spec::DraftTree tree;             // Spec
-  spec::DraftSource source;         // Spec: reads base_logits
-  const float* base_logits = nullptr;  // Spec: [block_size, vocab]
+  std::optional<spec_decode::Round> round;  // Spec, once its block is drafted (not copyable: built in place)
   std::vector<int32_t> tokens, positions;  // [rows] of this request in the target forward
   std::vector<uint8_t> visible;     // [rows, rows]; empty = causal
   std::vector<int32_t> logit_rows;  // local rows whose logits are needed
@@ -35,6 +34,7 @@ struct Engine::Item {
   int logit0 = 0;                   // first logits row of this request in it
   double expand_ms = 0;
   int rows() const { return int(tokens.size()); }
+  int tree_nodes() const { return round && round->tree().size() > 0 ? round->tree().size() - 1 : 0; }
 };
 
 namespace {
@@ -115,13 +115,14 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   const int64_t generated = int64_t(live.generated.size());
   if (edits_from(o, generated)) {
     for (int r = 0; r < int(item.logit_rows.size()); ++r) {
-      const int depth = item.kind == Item::Spec ? item.tree.depth[size_t(r)] : 0;
+      const int depth = item.kind == Item::Spec ? item.round->tree().depth[size_t(r)] : 0;
       apply_logit_edits(edits_at(o, generated + depth), V, logits + size_t(r) * V);
     }
   }
   if (live.penalties.active() && !item.logit_rows.empty()) {
     if (item.kind == Item::Spec) {  // logit row r is tree node r
-      live.penalties.apply_to_tree(item.tree.token.data(), item.tree.parent.data(), item.tree.size(), V, logits);
+      const spec_decode::DraftTree& tree = item.round->tree();
+      live.penalties.apply_to_tree(tree.token.data(), tree.parent.data(), tree.size(), V, logits);
     } else {
       live.penalties.apply(nullptr, 0, V, logits);
     }
@@ -164,56 +165,121 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
     live.anchor = sample_token(logits, V, o.sampling, *live.chooser, runner_->probs);
     emit(live, live.anchor, logits);
   } else {
-    spec::VerifyResult vr = spec::verify(item.tree, logits, o.sampling, item.source, *live.chooser);
-    std::vector<int32_t> keep = {0};
-    keep.insert(keep.end(), vr.accepted_nodes.begin(), vr.accepted_nodes.end());
-    live.cache.commit(keep);
-    std::vector<int32_t> keep_positions;
-    for (int32_t node : keep) keep_positions.push_back(item.anchor_pos + item.tree.depth[node]);
-    extend_drafter(keep, keep_positions);
-    const int accepted = int(vr.accepted_nodes.size()), nodes = item.tree.size() - 1;
-    RequestStats& st = live.stats;
-    ++st.rounds;
-    st.tree_nodes += nodes;
-    st.tree_sizes.push_back(nodes);
-    st.accepted_draft_tokens += accepted;
-    double predicted = 0;
-    for (int node = 1; node < item.tree.size(); ++node) predicted += item.tree.survival[size_t(node)];
-    st.predicted_draft_tokens += predicted;
-    metrics_.spec_decode_predicted_tokens += predicted;
-    st.accepted_at_depth[accepted] += 1;
-    ++metrics_.spec_decode_num_drafts;
-    metrics_.spec_decode_num_draft_tokens += nodes;
-    metrics_.spec_decode_num_accepted_tokens += accepted;
-    for (int p = 0; p < accepted && p < int(metrics_.spec_decode_num_accepted_tokens_per_pos.size()); ++p)
-      ++metrics_.spec_decode_num_accepted_tokens_per_pos[p];
-    if (o.collect_edges) live.edges.insert(live.edges.end(), vr.edges.begin(), vr.edges.end());
-    // LogQ and Marginal trees never read the calibration: nothing to refit for them.
-    const bool calibrated = live.tree.mode == spec::TreeMode::Tree || live.tree.mode == spec::TreeMode::Chain;
-    if (o.online_calibration && calibrated) {
-      live.calibration.observe(vr.edges);
-      st.calibration_shifts.resize(spec::kRankBuckets);
-      for (int k = 0; k < spec::kRankBuckets; ++k) st.calibration_shifts[k] = live.calibration.shift(k);
-    }
-    // Each emitted token came from its parent's row: keep[i] for accepted node i, the last accepted node for the
-    // bonus.
-    for (size_t i = 0; i < vr.accepted_nodes.size(); ++i)
-      emit(live, item.tree.token[vr.accepted_nodes[i]], logits + size_t(keep[i]) * V);
-    emit(live, vr.bonus_token, logits + size_t(vr.last_node) * V);
-    live.anchor = vr.bonus_token;
-    outcome.committed = int(keep.size());
+    const spec_decode::RoundOutcome round = item.round->finish(logits, o.sampling, *live.chooser);
+    live.cache.commit(round.kept_nodes);
+    std::vector<int32_t> kept_positions;
+    for (int32_t depth : round.kept_depths) kept_positions.push_back(item.anchor_pos + depth);
+    extend_drafter(round.kept_nodes, kept_positions);
+    record_round(live, round);
+    for (const spec_decode::RoundOutcome::Emitted& e : round.emitted) emit(live, e.token, logits + size_t(e.row) * V);
+    live.anchor = round.emitted.back().token;
+    outcome.committed = int(round.kept_nodes.size());
     outcome.speculated = true;
-    outcome.tokens_emitted = accepted + 1;
-    outcome.tree_nodes = nodes;
+    outcome.tokens_emitted = round.accepted + 1;
+    outcome.tree_nodes = round.draft_nodes;
   }
   // The next anchor needs a position inside the context limit.
   if (!live.done() && live.cache.length() + 1 > live.max_context) live.finish = FinishReason::Length;
 }
 
-void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes) {
-  const int V = target_.config().vocab_size;
-  const int B = drafter_ ? drafter_->block_size() : 0;
-  std::deque<Item> items;  // stable addresses
+void Engine::draft_blocks(const std::vector<Item*>& spec_items) {
+  if (spec_items.empty()) return;
+  const int V = target_.config().vocab_size, B = drafter_->block_size();
+  runner_->base_logits.resize(spec_items.size() * size_t(B) * V);  // [n, B, V]
+  std::vector<DrafterState*> states;
+  std::vector<int32_t> anchors, positions;
+  for (Item* it : spec_items) {
+    states.push_back(&it->live->drafter_state);
+    anchors.push_back(it->live->anchor);
+    positions.push_back(it->anchor_pos);
+  }
+  try {
+    for (Item* it : spec_items) flush_taps(*it->live);  // the context must hold every committed token
+    drafter_->draft_blocks(states, anchors.data(), positions.data(), runner_->base_logits.data());
+  } catch (const std::exception&) {
+    for (size_t i = 0; i < spec_items.size(); ++i) {  // isolate the request that fails
+      try {
+        flush_taps(*spec_items[i]->live);
+        drafter_->draft_block(*states[i], anchors[i], positions[i], &runner_->base_logits[i * size_t(B) * V]);
+      } catch (const std::exception& e) {
+        fail(*spec_items[i]->live, e.what());
+      }
+    }
+  }
+}
+
+void Engine::grow_tree(Item& it, const float* base_logits) {
+  Live& live = *it.live;
+  const RequestOptions& o = live.request.options;
+  spec_decode::DraftedBlock block;
+  block.vocab = target_.config().vocab_size;
+  block.block_size = drafter_->block_size();
+  block.base_logits = base_logits;  // [block_size, vocab]
+  const Drafter* d = drafter_;
+  block.add_markov_bias = [d](int32_t parent, float* out) { d->add_markov_bias(parent, out); };
+  // The request's logit edits on q too, per depth like the target's rows: a child at depth d is generated token
+  // number generated.size() + d - 1. The penalties on q use the generated tokens only, the same at every depth (q
+  // sees only the parent, not the path): a cheap approximation of the target's per-path penalties, and exact all
+  // the same, since any q is lossless as long as expansion and verification read the same one (the Round's).
+  const int64_t generated = int64_t(live.generated.size());
+  const bool edits = edits_from(o, generated);
+  const PenaltyHistory* penalties = live.penalties.active() ? &live.penalties : nullptr;
+  if (edits || penalties) {
+    block.edit = [&o, V = block.vocab, generated, edits, penalties](int depth, float* out) {
+      if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
+      if (penalties) penalties->apply(nullptr, 0, V, out);
+    };
+  }
+  // The round's price: the request's fixed pricing, else the load-adaptive policy's curve at the batch the
+  // scheduler priced this step at, else none. context: committed tokens (what each verified row attends over,
+  // besides the tree). Per-node work outside the forward is learned from this engine's own rounds unless the
+  // request set it; trees that must not depend on timings price from the curve alone.
+  const RequestOptions::FixedPricing* fixed = o.fixed_pricing ? &*o.fixed_pricing : nullptr;
+  const CostModel* cost = fixed ? &fixed->cost : it.decode.adaptive ? &*config_.cost_model : nullptr;
+  spec_decode::RoundCost round_cost;
+  if (cost) {
+    const int batch = fixed ? fixed->batch : it.decode.pricing_batch;
+    const int context = it.anchor_pos;
+    double node_ms = fixed ? fixed->node_ms : 0;
+    if (node_ms == 0 && !config_.deterministic_trees) node_ms = node_work_ms_.estimate();
+    round_cost = [cost, batch, context, node_ms](int k) { return round_cost_ms(*cost, batch, k, context, node_ms); };
+  }
+  it.round.emplace(std::move(block));
+  it.round->draft(live.anchor, live.tree, live.calibration.current(), *live.chooser, round_cost);
+  const spec_decode::DraftTree& tree = it.round->tree();
+  it.tokens = tree.token;
+  for (int depth : tree.depth) it.positions.push_back(it.anchor_pos + depth);
+  it.visible = tree.ancestor_mask();
+  it.logit_rows.resize(tree.size());
+  for (int r = 0; r < tree.size(); ++r) it.logit_rows[r] = r;
+}
+
+void Engine::record_round(Live& live, const spec_decode::RoundOutcome& round) {
+  const RequestOptions& o = live.request.options;
+  RequestStats& st = live.stats;
+  ++st.rounds;
+  st.tree_nodes += round.draft_nodes;
+  st.tree_sizes.push_back(round.draft_nodes);
+  st.accepted_draft_tokens += round.accepted;
+  st.predicted_draft_tokens += round.predicted;
+  st.accepted_at_depth[round.accepted] += 1;
+  metrics_.spec_decode_predicted_tokens += round.predicted;
+  ++metrics_.spec_decode_num_drafts;
+  metrics_.spec_decode_num_draft_tokens += round.draft_nodes;
+  metrics_.spec_decode_num_accepted_tokens += round.accepted;
+  for (int p = 0; p < round.accepted && p < int(metrics_.spec_decode_num_accepted_tokens_per_pos.size()); ++p)
+    ++metrics_.spec_decode_num_accepted_tokens_per_pos[p];
+  if (o.collect_edges) live.edges.insert(live.edges.end(), round.edges.begin(), round.edges.end());
+  // LogQ and Marginal trees never read the calibration: nothing to refit for them.
+  if (o.online_calibration && reads_calibration(live.tree.mode)) {
+    live.calibration.observe(round.edges);
+    st.calibration_shifts.resize(spec_decode::kRankBuckets);
+    for (int k = 0; k < spec_decode::kRankBuckets; ++k) st.calibration_shifts[k] = live.calibration.shift(k);
+  }
+}
+
+void Engine::plan_items(const sched::Plan& plan, std::deque<Item>& items, std::vector<Item*>& spec_items,
+                        StepReport& report, std::vector<sched::SeqOutcome>& outcomes) {
   auto skip_if_done = [&](Live& live) {
     if (!live.done()) return false;
     outcomes.push_back({live.id});
@@ -238,7 +304,6 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
     report.prefill_tokens += p.len;
     ++report.prefill_requests;
   }
-  std::vector<Item*> spec_items;
   for (const sched::DecodeWork& w : plan.decode) {
     Live& live = *live_.at(w.id);
     if (skip_if_done(live)) continue;
@@ -248,148 +313,65 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
     it.anchor_pos = live.cache.length();
     it.kind = w.speculate && live.speculative ? Item::Spec : Item::Plain;
     if (it.kind == Item::Spec) {
-      spec_items.push_back(&it);
+      spec_items.push_back(&it);  // rows come with its tree
     } else {
       it.tokens = {live.anchor};
       it.positions = {it.anchor_pos};
       it.logit_rows = {0};
     }
   }
-  report.batch = plan.batch;
+}
 
-  // 1. One batched drafter forward for every speculating request.
-  double t = now_ms();
-  if (!spec_items.empty()) {
-    runner_->base_logits.resize(spec_items.size() * size_t(B) * V);  // [n, B, V]
-    std::vector<DrafterState*> states;
-    std::vector<int32_t> anchors, positions;
-    for (Item* it : spec_items) {
-      states.push_back(&it->live->drafter_state);
-      anchors.push_back(it->live->anchor);
-      positions.push_back(it->anchor_pos);
-    }
-    try {
-      for (Item* it : spec_items) flush_taps(*it->live);  // the context must hold every committed token
-      drafter_->draft_blocks(states, anchors.data(), positions.data(), runner_->base_logits.data());
-    } catch (const std::exception&) {
-      for (size_t i = 0; i < spec_items.size(); ++i) {  // isolate the request that fails
-        try {
-          flush_taps(*spec_items[i]->live);
-          drafter_->draft_block(*states[i], anchors[i], positions[i], &runner_->base_logits[i * size_t(B) * V]);
-        } catch (const std::exception& e) {
-          fail(*spec_items[i]->live, e.what());
-        }
-      }
-    }
-  }
-  const double draft_ms = now_ms() - t;
-  report.draft_ms = draft_ms;
-
-  // 2. Tree growth per request.
+void Engine::grow_trees(const std::vector<Item*>& spec_items, StepReport& report) {
+  const int V = target_.config().vocab_size, B = drafter_ ? drafter_->block_size() : 0;
   for (size_t i = 0; i < spec_items.size(); ++i) {
     Item& it = *spec_items[i];
-    Live& live = *it.live;
-    if (live.done()) continue;
+    if (it.live->done()) continue;
     const double t0 = now_ms();
     try {
-      it.base_logits = &runner_->base_logits[i * size_t(B) * V];
-      const float* base = it.base_logits;
-      const Drafter* d = drafter_;
-      it.source.vocab = V;
-      it.source.block_size = B;
-      it.source.base_logits = [base, V](int depth, float* out) {
-        std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
-      };
-      it.source.conditional_logits = [base, V, d](int depth, int32_t parent, float* out) {
-        std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
-        d->add_markov_bias(parent, out);
-      };
-      // The request's logit edits on q too, per depth like the target's rows: a child at depth d is generated
-      // token number generated.size() + d - 1. Expansion and verify() read q through these same functions.
-      // The penalties on q use the generated tokens only, the same at every depth (q sees only the parent, not the
-      // path): a cheap approximation of the target's per-path penalties, and exact all the same, since any q is
-      // lossless as long as expansion and verification read the same one.
-      const RequestOptions& o = live.request.options;
-      const int64_t generated = int64_t(live.generated.size());
-      const bool edits = edits_from(o, generated);
-      const PenaltyHistory* penalties = live.penalties.active() ? &live.penalties : nullptr;
-      if (edits || penalties) {
-        it.source.base_logits = [base, V, &o, generated, edits, penalties](int depth, float* out) {
-          std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
-          if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
-          if (penalties) penalties->apply(nullptr, 0, V, out);
-        };
-        it.source.conditional_logits = [base, V, d, &o, generated, edits, penalties](int depth, int32_t parent,
-                                                                                      float* out) {
-          std::memcpy(out, &base[size_t(depth - 1) * V], sizeof(float) * V);
-          d->add_markov_bias(parent, out);
-          if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
-          if (penalties) penalties->apply(nullptr, 0, V, out);
-        };
-      }
-      spec::TreeParams params = live.tree;
-      if (!live.request.options.tree.cost_model) {
-        params.cost_model = it.decode.adaptive ? &*config_.cost_model : nullptr;
-        params.batch = it.decode.pricing_batch;
-      }
-      params.context = it.anchor_pos;  // committed tokens: what each verified row attends over, besides the tree
-      // Per-node work outside the forward, learned from this engine's own rounds (unless the request set it).
-      // Measured per-node work is a timing: trees that must not depend on timings price from the curve alone.
-      if (params.cost_model && params.node_ms == 0 && !config_.deterministic_trees)
-        params.node_ms = node_work_ms_.estimate();
-      it.tree = spec::expand(it.source, live.anchor, params, live.calibration.current(), *live.chooser);
-      it.tokens = it.tree.token;
-      for (int d2 : it.tree.depth) it.positions.push_back(it.anchor_pos + d2);
-      it.visible = it.tree.ancestor_mask();
-      it.logit_rows.resize(it.tree.size());
-      for (int r = 0; r < it.tree.size(); ++r) it.logit_rows[r] = r;
+      grow_tree(it, &runner_->base_logits[i * size_t(B) * V]);
     } catch (const std::exception& e) {
-      fail(live, e.what());
+      fail(*it.live, e.what());
     }
     it.expand_ms = now_ms() - t0;
     report.expand_ms += it.expand_ms;
     // The engine's first rounds pay one-off costs (first touch of the expansion's buffers): not a node's price.
-    if (it.tree.size() > 1 && ++node_work_rounds_ > sched::kResidualWarmupSteps)
-      node_work_ms_.add(it.expand_ms / (it.tree.size() - 1));
+    if (it.tree_nodes() > 0 && ++node_work_rounds_ > sched::kResidualWarmupSteps)
+      node_work_ms_.add(it.expand_ms / it.tree_nodes());
   }
+}
 
-  // 3. ONE target forward over every request's rows; on failure, each request alone.
-  t = now_ms();
+void Engine::forward_all(std::deque<Item>& items, std::deque<ForwardResult>& results, StepReport& report) {
   std::vector<Item*> alive;
   bool want_taps = false;
   for (Item& it : items)
     if (!it.live->done()) {
       alive.push_back(&it);
       want_taps |= it.live->speculative;
+      report.forward_rows += it.rows();
     }
-  ForwardResult batched;
-  std::deque<ForwardResult> singles;
-  if (!alive.empty()) {
-    try {
-      forward_items(alive, batched, want_taps);
-    } catch (const std::exception& e) {
-      for (Item* it : alive) it->live->cache.drop_pending();
-      if (alive.size() == 1) {
-        fail(*alive[0]->live, e.what());
-      } else {
-        for (Item* it : alive) {
-          std::vector<Item*> one = {it};
-          try {
-            forward_items(one, singles.emplace_back(), it->live->speculative);
-          } catch (const std::exception& e2) {
-            it->live->cache.drop_pending();
-            fail(*it->live, e2.what());
-          }
-        }
+  if (alive.empty()) return;
+  try {
+    forward_items(alive, results.emplace_back(), want_taps);
+  } catch (const std::exception& e) {
+    for (Item* it : alive) it->live->cache.drop_pending();
+    if (alive.size() == 1) {
+      fail(*alive[0]->live, e.what());
+      return;
+    }
+    for (Item* it : alive) {  // each request alone: the one that fails fails alone
+      std::vector<Item*> one = {it};
+      try {
+        forward_items(one, results.emplace_back(), it->live->speculative);
+      } catch (const std::exception& e2) {
+        it->live->cache.drop_pending();
+        fail(*it->live, e2.what());
       }
     }
   }
-  const double forward_ms = now_ms() - t;
-  report.forward_ms = forward_ms;
-  for (Item* it : alive) report.forward_rows += it->rows();
+}
 
-  // 4. Verification, KV compaction, drafter context, events per request.
-  t = now_ms();
+void Engine::finish_all(std::deque<Item>& items, StepReport& report, std::vector<sched::SeqOutcome>& outcomes) {
   for (Item& it : items) {
     Live& live = *it.live;
     sched::SeqOutcome& outcome = outcomes.emplace_back();
@@ -405,18 +387,39 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
     const double own_ms = now_ms() - t0;
     RequestStats& st = live.stats;
     if (it.kind == Item::Prefill) {
-      st.prefill_ms += forward_ms + own_ms;
+      st.prefill_ms += report.forward_ms + own_ms;
     } else if (it.kind == Item::Spec) {
-      st.draft_ms += draft_ms + it.expand_ms;
+      st.draft_ms += report.draft_ms + it.expand_ms;
       st.expand_ms += it.expand_ms;
-      st.verify_ms += forward_ms + own_ms;
-      report.decisions.push_back({live.id, true, it.decode.theta, it.tree.size() > 0 ? it.tree.size() - 1 : 0,
+      st.verify_ms += report.forward_ms + own_ms;
+      report.decisions.push_back({live.id, true, it.decode.theta, it.tree_nodes(),
                                   outcome.speculated ? outcome.tokens_emitted - 1 : 0});
     } else {
       report.decisions.push_back({live.id, false, it.decode.theta, 0, 0});
     }
     if (live.done()) outcome.finished = true;
   }
+}
+
+// The step's phases; each confines a failure to the request that raised it.
+void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes) {
+  std::deque<Item> items;  // stable addresses: phases keep pointers to them
+  std::vector<Item*> spec_items;
+  plan_items(plan, items, spec_items, report, outcomes);
+  report.batch = plan.batch;
+  // 1. One batched drafter forward for every speculating request; 2. its round's tree, per request.
+  double t = now_ms();
+  draft_blocks(spec_items);
+  report.draft_ms = now_ms() - t;
+  grow_trees(spec_items, report);
+  // 3. ONE target forward over every request's rows (each request alone after a failure).
+  t = now_ms();
+  std::deque<ForwardResult> results;  // the items' logits and taps, read by phase 4
+  forward_all(items, results, report);
+  report.forward_ms = now_ms() - t;
+  // 4. Verification, KV compaction, drafter context, events per request.
+  t = now_ms();
+  finish_all(items, report, outcomes);
   report.verify_ms = now_ms() - t;
 }
 

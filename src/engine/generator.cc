@@ -5,9 +5,9 @@
 
 namespace ts {
 
-Generator::Generator(TargetModel& target, Drafter* drafter, spec::Calibration calibration)
+Generator::Generator(TargetModel& target, Drafter* drafter, spec_decode::Calibration calibration)
     : target_(target), drafter_(drafter), calibration_(calibration) {
-  Engine probe(target_, drafter_, EngineConfig{});  // checks that the pair matches
+  if (drafter_) check_pair(drafter_->config(), target_.config(), "drafter");
 }
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,

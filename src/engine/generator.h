@@ -2,8 +2,8 @@
 // as a client of the step engine (engine.h) with one request: the same code path as batched serving.
 //
 // A round: the drafter drafts one block from the anchor (the newest token, sampled but not yet in the target's
-// cache); spec::expand grows the draft tree; one target forward runs over [anchor + tree] with the tree's
-// ancestor mask; spec::verify walks the tree; the accepted path's KV rows are kept and compacted, their target
+// cache); spec_decode::expand grows the draft tree; one target forward runs over [anchor + tree] with the tree's
+// ancestor mask; spec_decode::verify walks the tree; the accepted path's KV rows are kept and compacted, their target
 // hidden states extend the drafter's context, and the bonus token becomes the next anchor.
 #pragma once
 
@@ -16,8 +16,8 @@
 #include "model/drafter.h"
 #include "model/target_model.h"
 #include "sampling/sampling_params.h"
-#include "spec/calibration.h"
-#include "spec/expand.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/expand.h"
 
 namespace ts {
 
@@ -33,13 +33,13 @@ struct GenerationResult {
   std::vector<TokenLogprobs> logprobs;  // [ids.size()] with options.logprobs >= 0 (request.h), else empty
   std::string finish_reason; // "stop", "length" (finish_reason_name)
   GenerationStats stats;
-  std::vector<spec::EdgeRecord> edges;  // with collect_edges
+  std::vector<spec_decode::EdgeRecord> edges;  // with collect_edges
 };
 
 class Generator {
  public:
   // drafter may be null (then only DecodeMode::None works).
-  Generator(TargetModel& target, Drafter* drafter, spec::Calibration calibration = {});
+  Generator(TargetModel& target, Drafter* drafter, spec_decode::Calibration calibration = {});
 
   // on_token(id) is called for every generated token as soon as it is final.
   GenerationResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
@@ -48,7 +48,7 @@ class Generator {
  private:
   TargetModel& target_;
   Drafter* drafter_;
-  spec::Calibration calibration_;
+  spec_decode::Calibration calibration_;
 };
 
 }  // namespace ts

@@ -20,7 +20,7 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   b.generation_config = load_generation_config(model_dir);
   if (!drafter_dir.empty()) {
     b.drafter = Drafter::load(drafter_dir, b.target->config());
-    b.calibration = spec::read_calibration_table(drafter_dir + "/" + spec::kCalibrationFileName);
+    b.calibration = spec_decode::read_calibration_table(drafter_dir + "/" + spec_decode::kCalibrationFileName);
   }
   if (model_dir.size() > 5 && model_dir.compare(model_dir.size() - 5, 5, ".gguf") == 0) {
     // A GGUF target carries its tokenizer and chat template in its metadata (io/gguf_tokenizer.h).

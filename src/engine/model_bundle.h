@@ -9,7 +9,7 @@
 
 #include "model/drafter.h"
 #include "model/target_model.h"
-#include "spec/calibration_file.h"
+#include "spec_decode/calibration_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,7 +26,7 @@ struct ModelBundle {
   std::unique_ptr<tok::Tokenizer> tokenizer;        // null when the folder has no tokenizer.json
   std::unique_ptr<tok::ChatTemplate> chat_template; // null when the folder has no (usable) chat template
   std::string chat_template_error;                  // why chat_template is null: what --chat reports
-  spec::CalibrationTable calibration;               // empty without a treespark_calibration.json
+  spec_decode::CalibrationTable calibration;               // empty without a treespark_calibration.json
   GenerationConfig generation_config;               // present = false without a generation_config.json
 
   // weights: the target's weight format (model/weight_plan.h; "native", "q8_0", "q4_0"); the drafter keeps its own.

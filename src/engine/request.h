@@ -11,14 +11,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/cost_model.h"
 #include "sampling/logprobs.h"
 #include "sampling/sampling_params.h"
-#include "spec/calibration.h"
-#include "spec/expand.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/expand.h"
 
 namespace ts {
-
-enum class DecodeMode { None, Chain, Tree };
 
 using RequestId = uint64_t;  // 0 is never a valid id
 
@@ -54,19 +53,26 @@ struct RequestOptions {
   // (vLLM's raw logprobs plus the request's edits; definition in sampling/logprobs.h). Speculation does not change
   // them: a token's values equal those of a plain (mode None) run over the same prefix.
   int logprobs = -1;
+  // How the request decodes (spec_decode/decode_mode.h): plain, a chain, or a tree of one of three priorities.
   DecodeMode mode = DecodeMode::Tree;
-  // Expansion parameters: priority (tree.mode), theta floor, node_cap, branch_cap, draft_len (Chain).
-  // tree.temperature is overwritten with sampling.temperature.
-  // tree.cost_model / tree.batch: when the caller sets cost_model, nodes are priced at that fixed batch (what
-  // `generate --adaptive-theta --load-batch B` simulates) and the engine's own policy is not applied to this
-  // request. The pointee must outlive the request.
-  spec::TreeParams tree;
-  // With tree.cost_model null and EngineConfig::cost_model set: the load-adaptive policy prices this request's
-  // nodes at the live batch each round and may switch its speculation off (theta_policy.h). false: fixed theta.
+  // The tree's shape: theta floor, node_cap, branch_cap (Tree modes), draft_len (Chain). The draft temperature and
+  // filters follow `sampling`.
+  spec_decode::TreeShape tree;
+  // Set: this request's nodes are priced with this curve at a fixed batch (what `generate --load-batch B`
+  // simulates) and the engine's own load-adaptive policy is not applied to it. node_ms: the per-node work outside
+  // the forward (0: the engine's running estimate).
+  struct FixedPricing {
+    CostModel cost;
+    int batch = 1;
+    double node_ms = 0;
+  };
+  std::optional<FixedPricing> fixed_pricing;
+  // Without fixed_pricing and with EngineConfig::cost_model set: the load-adaptive policy prices this request's
+  // nodes at the live batch each round and may switch its speculation off (engine/cost_model.h). false: fixed theta.
   bool adaptive = true;
   bool collect_edges = false;       // keep verification edge records (calibration); delivered with the last event
   // The edge calibration for this request's trees; default: EngineConfig::calibration at sampling.temperature.
-  std::optional<spec::Calibration> calibration;
+  std::optional<spec_decode::Calibration> calibration;
   // Refit the calibration's logit shifts (one per sibling-rank bucket) on this request's own verification labels
   // as it decodes (spec/calibration_online.h). false: the calibration above stays fixed (what `calibrate` collects
   // labels under).
@@ -119,7 +125,7 @@ struct RequestEvent {
   FinishReason finish = FinishReason::None;
   std::string error;                // finish == Error: what went wrong
   const RequestStats* stats = nullptr;                  // valid during the callback only
-  const std::vector<spec::EdgeRecord>* edges = nullptr; // final event with collect_edges; valid during the callback
+  const std::vector<spec_decode::EdgeRecord>* edges = nullptr; // final event with collect_edges; valid during the callback
 };
 // Called on the thread that runs Engine::step() (the AsyncEngine's loop thread). It must not block for long and
 // must not call back into the Engine (AsyncEngine::submit/cancel are fine). A callback that throws fails only its
@@ -136,6 +142,14 @@ enum class RejectReason {
   Draining,     // AsyncEngine::drain() was called: no new requests
 };
 const char* reject_reason_name(RejectReason reason);  // "bad_params", "over_context", "queue_full", "draining"
+
+// What a submit answers (AsyncEngine::submit, and the server's Backend seam that forwards to it).
+struct SubmitResult {
+  RequestId id = 0;                          // valid when ok()
+  RejectReason reason = RejectReason::None;
+  std::string message;                       // why it was rejected, for the client
+  bool ok() const { return reason == RejectReason::None; }
+};
 
 // Thrown by Engine::add for a request it will not take; what() says why in words a client can read.
 class RequestRejected : public Error {

@@ -67,11 +67,24 @@ void expectations(const SchedulerState& st, const SeqView& s, int* k, double* to
 
 }  // namespace
 
-Plan schedule(const SchedulerState& state) {
-  const SchedulerConfig& c = state.config;
-  Plan plan;
-  plan.step = state.step;
+namespace {
 
+// An adaptive request that may speculate this step: what its round would add over a plain step.
+struct Candidate {
+  size_t index;         // into plan.decode
+  int extra_rows;       // k - 1 tree rows
+  double extra_tokens;  // expected tokens per round - 1
+};
+
+// The rows, expected tokens and drafting requests of the step before any adaptive candidate joins.
+struct SpeculationBase {
+  double rows = 0, tokens = 0;
+  int drafting = 0;
+};
+
+// Evictions (cancelled requests) and admissions, first come, first served.
+void plan_admission(const SchedulerState& state, Plan& plan) {
+  const SchedulerConfig& c = state.config;
   int admitted = 0;
   int64_t reserved = 0;
   for (const SeqView& s : state.seqs) {
@@ -92,8 +105,11 @@ Plan schedule(const SchedulerState& state) {
     reserved += s.reserve_rows;
   }
 
+}
+
+void plan_prefill(const SchedulerState& state, Plan& plan) {
   // Prefill chunks, in arrival order (admitted ones first come earlier in seqs than newly admitted ones).
-  int budget = std::max(1, c.prefill_chunk);
+  int budget = std::max(1, state.config.prefill_chunk);
   for (const SeqView& s : state.seqs) {
     if (budget == 0) break;
     if (s.cancelled) continue;
@@ -107,7 +123,12 @@ Plan schedule(const SchedulerState& state) {
     budget -= len;
   }
 
-  // Decode entries: every decoding request, priced at the live batch.
+}
+
+// Decode entries: every decoding request, priced at the live batch. Fills the rows and tokens of the requests that
+// always speculate or never do (base_*), and returns the adaptive ones as candidates for choose_speculating.
+std::vector<Candidate> plan_decode(const SchedulerState& state, Plan& plan, SpeculationBase& base) {
+  const SchedulerConfig& c = state.config;
   std::vector<const SeqView*> views;
   for (const SeqView& s : state.seqs)
     if (!s.cancelled && s.phase == Phase::Decode) {
@@ -123,33 +144,28 @@ Plan schedule(const SchedulerState& state) {
   // added most efficient first ((E - 1) / (k - 1)), and the prefix with the best rate wins (evaluating every
   // prefix, not only the next request, because the drafter's batched cost F(n) is not linear in n). A request due
   // a probe is priced with its class's tokens per round if that beats its own (stale) measurement.
-  struct Candidate {
-    size_t index;
-    int extra_rows;
-    double extra_tokens;
-  };
   std::vector<Candidate> candidates;
-  double base_rows = plan.batch, base_tokens = plan.batch;
-  int base_drafting = 0;
+  base.rows = plan.batch;
+  base.tokens = plan.batch;
   for (size_t i = 0; i < views.size(); ++i) {
     const SeqView& s = *views[i];
     DecodeWork& w = plan.decode[i];
     w.pricing_batch = std::max(1, plan.batch);
     w.speculate = can_speculate(c, s);
-    w.theta = s.mode == DecodeMode::Tree ? s.theta_floor : 0;
+    w.theta = is_tree(s.mode) ? s.theta_floor : 0;
     if (!w.speculate) continue;
     int k = 1;
     double tokens = 1;
     expectations(state, s, &k, &tokens);
     if (!s.adaptive || !c.cost) {
-      base_rows += k - 1;
-      base_tokens += tokens - 1;
-      ++base_drafting;
+      base.rows += k - 1;
+      base.tokens += tokens - 1;
+      ++base.drafting;
       continue;
     }
     w.adaptive = true;
-    if (s.mode == DecodeMode::Tree)
-      w.theta = std::max(s.theta_floor, spec::adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0, s.context_len));
+    if (is_tree(s.mode))
+      w.theta = std::max(s.theta_floor, adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0, s.context_len));
     w.speculate = false;  // decided below
     if (c.probe_interval > 0 && s.steps_since_round >= c.probe_interval) {
       // Probe: price it optimistically (its class's tokens per round, or the prior) rather than with its own
@@ -161,36 +177,54 @@ Plan schedule(const SchedulerState& state) {
     }
     candidates.push_back({i, k - 1, tokens - 1});
   }
-  if (!candidates.empty()) {
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-      return a.extra_tokens * std::max(1, b.extra_rows) > b.extra_tokens * std::max(1, a.extra_rows);
-    });
-    double rows = base_rows, tokens = base_tokens, best_rate = -1;
-    size_t best = 0;
-    const double plain_extra = plain_residual_ms(state, plan.batch);
-    const double draft_extra = draft_residual_ms(state, plan.batch);
-    for (size_t j = 0; j <= candidates.size(); ++j) {
-      const int drafting = base_drafting + int(j);
-      const double step_ms =
-          spec::step_cost_ms(*c.cost, plan.batch, rows, drafting, mean_context) + plain_extra + drafting * draft_extra;
-      const double rate = tokens / std::max(step_ms, 1e-6);
-      if (rate > best_rate) best_rate = rate, best = j;
-      if (j < candidates.size()) {
-        rows += candidates[j].extra_rows;
-        tokens += candidates[j].extra_tokens;
-      }
+  return candidates;
+}
+
+// Which adaptive candidates speculate: the prefix (most efficient first) with the best modelled token rate.
+void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Candidate>& candidates,
+                        const SpeculationBase& base) {
+  const SchedulerConfig& c = state.config;
+  const double mean_context = plan.mean_context;
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.extra_tokens * std::max(1, b.extra_rows) > b.extra_tokens * std::max(1, a.extra_rows);
+  });
+  double rows = base.rows, tokens = base.tokens, best_rate = -1;
+  size_t best = 0;
+  const double plain_extra = plain_residual_ms(state, plan.batch);
+  const double draft_extra = draft_residual_ms(state, plan.batch);
+  for (size_t j = 0; j <= candidates.size(); ++j) {
+    const int drafting = base.drafting + int(j);
+    const double step_ms =
+        step_cost_ms(*c.cost, plan.batch, rows, drafting, mean_context) + plain_extra + drafting * draft_extra;
+    const double rate = tokens / std::max(step_ms, 1e-6);
+    if (rate > best_rate) best_rate = rate, best = j;
+    if (j < candidates.size()) {
+      rows += candidates[j].extra_rows;
+      tokens += candidates[j].extra_tokens;
     }
-    plan.adaptive_candidates = int(candidates.size());
-    plan.policy_speculates = best > 0;
-    // Exploration: nothing paid for probe_interval steps in a row, so the most efficient candidate speculates
-    // anyway and its round re-measures the prices that kept it off.
-    const int interval = current_probe_interval(state);
-    if (best == 0 && interval > 0 && state.steps_without_draft >= interval) {
-      best = 1;
-      plan.probe = true;
-    }
-    for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
   }
+  plan.adaptive_candidates = int(candidates.size());
+  plan.policy_speculates = best > 0;
+  // Exploration: nothing paid for probe_interval steps in a row, so the most efficient candidate speculates
+  // anyway and its round re-measures the prices that kept it off.
+  const int interval = current_probe_interval(state);
+  if (best == 0 && interval > 0 && state.steps_without_draft >= interval) {
+    best = 1;
+    plan.probe = true;
+  }
+  for (size_t j = 0; j < best; ++j) plan.decode[candidates[j].index].speculate = true;
+}
+
+}  // namespace
+
+Plan schedule(const SchedulerState& state) {
+  Plan plan;
+  plan.step = state.step;
+  plan_admission(state, plan);
+  plan_prefill(state, plan);
+  SpeculationBase base;
+  std::vector<Candidate> candidates = plan_decode(state, plan, base);
+  if (!candidates.empty()) choose_speculating(state, plan, candidates, base);
   return plan;
 }
 

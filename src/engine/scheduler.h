@@ -12,7 +12,7 @@
 //   3. gives every decoding request one decode entry (b = their count is the live batch);
 //   4. hands out at most prefill_chunk prompt tokens, in admission order, to requests still prefilling, so a long
 //      prompt is cut into chunks and never stalls the decoding requests for more than one chunk's cost;
-//   5. prices each decoding request's tree for this step (theta_policy.h): with a cost model and an adaptive
+//   5. prices each decoding request's tree for this step (cost_model.h): with a cost model and an adaptive
 //      request, theta = max(theta floor, the price of the first node at batch b), and the set of adaptive requests
 //      that speculate is the one with the best modelled token rate, tokens / (step_cost_ms(b, rows, drafting, the
 //      requests' mean context) + the measured residuals below):
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
 
 namespace ts::sched {
 
@@ -74,7 +74,7 @@ struct SchedulerConfig {
   int prefill_chunk = 256;       // prompt tokens per step over all prefilling requests, >= 1
   int64_t kv_budget_rows = 0;    // KV rows all admitted requests may reserve together, >= 1
   int block_size = 0;            // the drafter's block size (0: no drafter, nothing speculates)
-  const spec::CostModel* cost = nullptr;  // the measured L(b, k) and F(b); null: no adaptive policy
+  const CostModel* cost = nullptr;  // the measured L(b, k) and F(b); null: no adaptive policy
   // Tokens per round assumed before a request has been measured: [0] greedy, [1] sampled.
   double prior_tokens_per_round[2] = {2.5, 2.0};
   double ema_weight = 0.1;       // weight of the newest round in a request's moving averages

@@ -10,19 +10,23 @@
 
 namespace ts {
 
+void check_pair(const DrafterConfig& c, const ModelConfig& target, const std::string& source) {
+  TS_CHECK(c.vocab_size == target.vocab_size, source, ": drafter vocab_size ", c.vocab_size,
+           " != the target's vocab_size ", target.vocab_size);
+  for (int32_t l : c.target_layer_ids)
+    TS_CHECK(l >= 0 && l < target.num_layers, source, ": target_layer_ids has layer ", l, " but the target has ",
+             target.num_layers, " layers");
+  TS_CHECK(c.target_hidden_size == 0 || c.target_hidden_size == target.hidden_size, source, ": target_hidden_size ",
+           c.target_hidden_size, " disagrees with the target's hidden_size ", target.hidden_size);
+}
+
 std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig& target) {
   std::unique_ptr<Drafter> d(new Drafter());
   d->config_ = load_drafter_config(dir);
   DrafterConfig& c = d->config_;
   const std::string source = dir + "/config.json";
-  TS_CHECK(c.vocab_size == target.vocab_size, source, ": drafter vocab_size ", c.vocab_size,
-           " != the target's vocab_size ", target.vocab_size);
-  for (int32_t l : c.target_layer_ids)
-    TS_CHECK(l < target.num_layers, source, ": target_layer_ids has layer ", l, " but the target has ",
-             target.num_layers, " layers");
   // The tap width comes from the target; the non-public target_hidden_size key is only checked.
-  TS_CHECK(c.target_hidden_size == 0 || c.target_hidden_size == target.hidden_size, source, ": target_hidden_size ",
-           c.target_hidden_size, " disagrees with the target's hidden_size ", target.hidden_size);
+  check_pair(c, target, source);
   c.target_hidden_size = target.hidden_size;
   d->ckpt_ = std::make_unique<io::Checkpoint>(dir);
   const io::Checkpoint& ckpt = *d->ckpt_;

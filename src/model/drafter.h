@@ -24,6 +24,11 @@ struct DrafterState {
   KVCache context;  // committed rows = context tokens (every committed token except the anchor)
 };
 
+// The one check that a drafter fits a target: equal vocabularies, tap layers inside the target, and
+// target_hidden_size (when set) equal to the target's hidden size. Throws ts::Error prefixed with `source`.
+// Drafter::load runs it, and so do Engine and Generator for a drafter built otherwise.
+void check_pair(const DrafterConfig& drafter, const ModelConfig& target, const std::string& source);
+
 class Drafter {
  public:
   // Loads the drafter for the target it is paired with: the tap width is len(target_layer_ids) * the target's

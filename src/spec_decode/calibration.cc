@@ -1,10 +1,10 @@
-#include "spec/calibration.h"
+#include "spec_decode/calibration.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 namespace {
 
@@ -167,4 +167,4 @@ DepthEce expected_calibration_error_by_depth(const std::vector<EdgeRecord>& reco
   return out;
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

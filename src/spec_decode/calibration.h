@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 // Sibling ranks share offsets from kRankBuckets - 1 on: rank 0 (the first child drawn, offset 0), 1, 2, >= 3.
 //
@@ -85,4 +85,4 @@ struct DepthEce {
 };
 DepthEce expected_calibration_error_by_depth(const std::vector<EdgeRecord>& records, const Calibration& calibration);
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

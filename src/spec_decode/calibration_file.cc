@@ -1,4 +1,4 @@
-#include "spec/calibration_file.h"
+#include "spec_decode/calibration_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 namespace {
 
@@ -228,4 +228,4 @@ void write_calibration_table(const std::string& path, const CalibrationTable& ta
   TS_CHECK(out.good(), "calibration: failed writing ", path);
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

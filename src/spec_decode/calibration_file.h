@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "spec/calibration.h"
-#include "spec/draft_source.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/draft_source.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 inline constexpr const char* kCalibrationFileName = "treespark_calibration.json";
 
@@ -77,4 +77,4 @@ CalibrationTable calibration_table_from_json(const std::string& text);
 CalibrationTable read_calibration_table(const std::string& path);
 void write_calibration_table(const std::string& path, const CalibrationTable& table);
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

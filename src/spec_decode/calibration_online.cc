@@ -1,9 +1,9 @@
-#include "spec/calibration_online.h"
+#include "spec_decode/calibration_online.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 namespace {
 
@@ -64,4 +64,4 @@ void OnlineCalibration::observe(const std::vector<EdgeRecord>& edges) {
   }
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

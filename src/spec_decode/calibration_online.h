@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec/calibration.h"
+#include "spec_decode/calibration.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 class OnlineCalibration {
  public:
@@ -60,4 +60,4 @@ class OnlineCalibration {
   int64_t edges_seen_ = 0;
 };
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -1,4 +1,4 @@
-#include "spec/draft_source.h"
+#include "spec_decode/draft_source.h"
 
 #include <algorithm>
 #include <functional>
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "sampling/softmax_f32.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 void apply_draft_filter(const DraftFilter& filter, int vocab, float* probs) {
   TS_CHECK(filter.top_k >= 0 && filter.top_p > 0 && filter.top_p <= 1 && filter.min_p >= 0 && filter.min_p <= 1,
@@ -102,4 +102,4 @@ void draft_probs_f32(const DraftSource& source, QSource q_source, int child_dept
   if (temperature > 0) apply_draft_filter(filter, source.vocab, probs);
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -11,7 +11,7 @@
 #include <functional>
 #include <vector>
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 // Plain function objects, filled by the drafter once per round. Both must be deterministic within the round:
 // verify() calls conditional_logits again for the nodes on the accepted path and needs the very values expand()
@@ -57,4 +57,4 @@ void apply_draft_filter(const DraftFilter& filter, int vocab, float* probs);
 void draft_probs_f32(const DraftSource& source, QSource q_source, int child_depth, int32_t parent_token,
                      float temperature, float* probs, const DraftFilter& filter = {});
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -1,8 +1,8 @@
-#include "spec/draft_tree.h"
+#include "spec_decode/draft_tree.h"
 
 #include "core/error.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 int DraftTree::add(int32_t node_token, int32_t parent_node, int32_t rank, double q, float path_survival) {
   token.push_back(node_token);
@@ -55,4 +55,4 @@ void DraftTree::validate(int vocab) const {
   }
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec/draft_source.h"
+#include "spec_decode/draft_source.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 // Node 0 is the root = the anchor (the last committed token). Parents always precede their children, and siblings
 // are stored in draw order.
@@ -36,4 +36,4 @@ struct DraftTree {
   void validate(int vocab) const;
 };
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

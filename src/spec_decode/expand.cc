@@ -1,4 +1,4 @@
-#include "spec/expand.h"
+#include "spec_decode/expand.h"
 
 #include <algorithm>
 #include <array>
@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "spec_decode/expand_testing.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 void validate_tree_params(const TreeParams& params) {
+  TS_CHECK(params.mode != DecodeMode::None, "tree: mode None grows no tree");
   TS_CHECK(params.theta >= 0 && std::isfinite(params.theta), "tree: theta must be finite and >= 0, got ",
            params.theta);
   TS_CHECK(params.node_cap >= 0, "tree: node_cap must be >= 0, got ", params.node_cap);
@@ -19,8 +21,6 @@ void validate_tree_params(const TreeParams& params) {
   TS_CHECK(params.draft_len >= 0, "tree: draft_len must be >= 0, got ", params.draft_len);
   TS_CHECK(params.temperature >= 0 && std::isfinite(params.temperature),
            "tree: draft temperature must be finite and >= 0, got ", params.temperature);
-  TS_CHECK(params.batch >= 1, "tree: batch must be >= 1, got ", params.batch);
-  if (params.cost_model) params.cost_model->validate();
 }
 
 namespace {
@@ -206,13 +206,12 @@ struct ExpandScratch {
 // Greedy trees are deterministic (each child is the largest remaining q), so choosing among prefixes of the
 // admission order reads no draw: keep the one with the best expected tokens per ms of the round (ties: the
 // smaller). Nodes are stored in admission order with parents first, so every prefix is a tree.
-void keep_best_prefix(DraftTree& tree, const TreeParams& params) {
+void keep_best_prefix(DraftTree& tree, const RoundCost& round_cost) {
   double expected = 1, best_rate = 0;
   int best_size = 1;
   for (int size = 1; size <= tree.size(); ++size) {
     if (size > 1) expected += tree.survival[size - 1];
-    const double rate =
-        expected / round_cost_ms(*params.cost_model, params.batch, size, params.context, params.node_ms);
+    const double rate = expected / round_cost(size);
     if (rate > best_rate) best_rate = rate, best_size = size;
   }
   tree.token.resize(best_size);
@@ -225,201 +224,276 @@ void keep_best_prefix(DraftTree& tree, const TreeParams& params) {
 
 }  // namespace
 
-DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& params, const Calibration& calibration,
-                 Chooser& chooser) {
+namespace {
+
+// One call of expand(): the best-first loop over the slot heap, with its work space. run() is the loop; each
+// step either loads a parent's q (load_q) or admits and draws its next child (admit_child).
+class Expansion {
+ public:
+  Expansion(const DraftSource& source, const TreeParams& params, const Calibration& calibration, Chooser& chooser,
+            const RoundCost& round_cost, const std::function<bool(double)>* keep_draw)
+      : source_(source), params_(params), calibration_(calibration), chooser_(chooser), round_cost_(round_cost),
+        keep_draw_(keep_draw), vocab_(source.vocab), chain_(params.mode == DecodeMode::Chain),
+        node_cap_(chain_ ? params.draft_len : params.node_cap), branch_cap_(chain_ ? 1 : params.branch_cap),
+        calibrated_(reads_calibration(params.mode)), sampling_(params.temperature > 0),
+        q_source_(params.mode == DecodeMode::Marginal ? QSource::Base : QSource::Conditional),
+        log_theta_(chain_ ? -std::numeric_limits<double>::infinity() : std::log(params.theta)) {}
+
+  DraftTree run(int32_t anchor);
+
+ private:
+  const DraftSource& source_;
+  const TreeParams& params_;
+  const Calibration& calibration_;
+  Chooser& chooser_;
+  const RoundCost& round_cost_;
+  const std::function<bool(double)>* keep_draw_;
+  const int vocab_;
+  const bool chain_;
+  const int node_cap_, branch_cap_;
+  const bool calibrated_, sampling_;
+  const QSource q_source_;
+  const double log_theta_;
+
+  DraftTree tree_;
+  ExpandScratch& s_ = scratch();
+  PHatTable* p_hat_table_ = nullptr;  // sampling with a calibrated priority
+  double expected_tokens_ = 1;        // 1 + sum of survivals
+  const SlotBelow below_{};
+
+  static ExpandScratch& scratch() {
+    thread_local ExpandScratch s;
+    return s;
+  }
+  void prepare();
+  // rank and depth are the child's sibling rank and depth, both known before the draw (0 for a parent's first
+  // child; the parent's depth + 1).
+  double log_p_hat(double q, int rank, int depth) const {
+    return calibrated_ ? calibration_.log_p_hat(q, rank, depth) : std::log(q);
+  }
+  double log_next_p_hat(int node, double largest_q, int rank) const;
+  void push(Slot slot) {
+    s_.heap.push_back(slot);
+    std::push_heap(s_.heap.begin(), s_.heap.end(), below_);
+  }
+  int32_t* top_of(int node) const { return &s_.top[size_t(node) * branch_cap_]; }
+  double* top_q_of(int node) const { return &s_.top_q[size_t(node) * branch_cap_]; }
+  int32_t* drawn_of(int node) const { return &s_.drawn[size_t(node) * branch_cap_]; }
+  double next_remaining_q(int node, int32_t* token) const;
+  void close(int node);
+  void load_q(int32_t parent);
+  void admit_child(int32_t parent);
+};
+
+void Expansion::prepare() {
+  const size_t per_node = size_t(node_cap_ + 1) * branch_cap_;
+  if (s_.top.size() < per_node) {
+    s_.top.resize(per_node);
+    s_.drawn.resize(per_node);
+    s_.top_q.resize(per_node);
+  }
+  s_.open.assign(1, OpenParent{});
+  s_.heap.clear();
+  s_.probs.resize(vocab_);
+  s_.marginal.resize(source_.block_size + 1);
+  for (auto& m : s_.marginal) m.clear();
+  s_.free_buffers.clear();
+  for (int i = 0; i < int(s_.pool.size()); ++i) s_.free_buffers.push_back(i);
+  if (sampling_ && calibrated_) {
+    for (PHatTable& t : s_.p_hat_tables)
+      if (t.holds(calibration_)) p_hat_table_ = &t;
+    if (!p_hat_table_) {
+      PHatTable& t = s_.p_hat_tables[s_.next_table];
+      s_.next_table = (s_.next_table + 1) % int(s_.p_hat_tables.size());
+      t.prepare(calibration_);
+      p_hat_table_ = &t;
+    }
+  }
+  const size_t n = size_t(node_cap_) + 1;  // the tree's arrays grow to at most node_cap + 1 entries
+  tree_.token.reserve(n);
+  tree_.parent.reserve(n);
+  tree_.depth.reserve(n);
+  tree_.sibling_rank.reserve(n);
+  tree_.survival.reserve(n);
+  tree_.draft_q.reserve(n);
+}
+
+// The log priority of a parent's next child (rank = children drawn so far, depth = the parent's + 1): greedy,
+// p_hat of the largest remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
+double Expansion::log_next_p_hat(int node, double largest_q, int rank) const {
+  const int depth = tree_.depth[node] + 1;
+  if (!sampling_) return log_p_hat(largest_q, rank, depth);
+  const float* r = s_.pool[s_.open[node].remaining].data();  // [vocab]
+  const double e = calibrated_ ? p_hat_table_->expected(r, vocab_, rank, depth) : expected_q(r, vocab_);
+  return e > 0 ? std::log(e) : -std::numeric_limits<double>::infinity();
+}
+
+// The largest q among the node's not-yet-drawn tokens (0 when none is left). After j < branch_cap draws one of
+// top[0..j] is undrawn, so the top list holds the answer.
+double Expansion::next_remaining_q(int node, int32_t* token) const {
+  const OpenParent& p = s_.open[node];
+  const int32_t* top = top_of(node);
+  const int32_t* drawn = drawn_of(node);
+  for (int i = 0; i < p.top_count; ++i) {
+    bool was_drawn = false;
+    for (int d = 0; d < p.drawn_count; ++d) was_drawn |= drawn[d] == top[i];
+    if (!was_drawn) {
+      *token = top[i];
+      return top_q_of(node)[i];
+    }
+  }
+  *token = -1;
+  return 0.0;
+}
+
+void Expansion::close(int node) {
+  OpenParent& p = s_.open[node];
+  if (p.remaining >= 0) s_.free_buffers.push_back(p.remaining);
+  p.remaining = -1;
+  p.top_count = 0;
+}
+
+// Loads the parent's q, then re-queues it under its real bound (nothing is admitted yet).
+void Expansion::load_q(int32_t parent) {
+  const int child_depth = tree_.depth[parent] + 1;
+  OpenParent& p = s_.open[parent];
+  float* own = s_.probs.data();  // where this parent's q goes: sampling keeps it as the draws' weights
+  if (sampling_) {
+    if (s_.free_buffers.empty()) {
+      s_.pool.emplace_back(vocab_);
+      s_.free_buffers.push_back(int(s_.pool.size()) - 1);
+    }
+    p.remaining = s_.free_buffers.back();
+    s_.free_buffers.pop_back();
+    s_.pool[p.remaining].resize(vocab_);
+    own = s_.pool[p.remaining].data();
+  }
+  const float* q = own;
+  if (q_source_ == QSource::Base) {
+    std::vector<float>& shared = s_.marginal[child_depth];
+    if (shared.empty()) {
+      shared.resize(vocab_);
+      draft_probs_f32(source_, q_source_, child_depth, -1, params_.temperature, shared.data(), params_.filter);
+    }
+    q = shared.data();
+    if (sampling_) std::copy(q, q + vocab_, own);  // drawn tokens are zeroed in the parent's own copy
+  } else {
+    draft_probs_f32(source_, q_source_, child_depth, tree_.token[parent], params_.temperature, own, params_.filter);
+  }
+  p.top_count = select_top(q, vocab_, branch_cap_, top_of(parent), top_q_of(parent));
+  int32_t token = -1;
+  const double next_q = next_remaining_q(parent, &token);
+  if (next_q > 0) {
+    push(Slot{p.log_survival + log_next_p_hat(parent, next_q, 0), parent, true});
+  } else {
+    close(parent);
+  }
+}
+
+// Admitted. Now draw: sampled from the remaining q (the chooser normalises; verify() divides by the same sum, taken
+// over the same floats in the same order), or greedily the largest remaining q, whose survival is the bound just
+// admitted.
+void Expansion::admit_child(int32_t parent) {
+  int32_t token = -1;
+  double child_q;
+  {
+    OpenParent& p = s_.open[parent];
+    if (sampling_) {
+      float* remaining = s_.pool[p.remaining].data();  // [vocab]
+      token = chooser_.choose_f32(remaining, vocab_);
+      child_q = remaining[token];
+      remaining[token] = 0;
+    } else {
+      child_q = next_remaining_q(parent, &token);
+    }
+    if (sampling_ && keep_draw_ && !(*keep_draw_)(child_q)) {
+      close(parent);  // the lossy test-only rule: drop the draw after seeing it
+      return;
+    }
+  }
+  OpenParent& p = s_.open[parent];
+  const int rank = p.drawn_count;
+  drawn_of(parent)[p.drawn_count++] = token;
+  const double child_log_survival = p.log_survival + log_p_hat(child_q, rank, tree_.depth[parent] + 1);
+  const double child_survival = std::exp(child_log_survival);
+  const int node = tree_.add(token, parent, rank, child_q, static_cast<float>(child_survival));
+  expected_tokens_ += child_survival;
+
+  // Re-queue the parent under its next bound, or close it.
+  int32_t next_token = -1;
+  const double next_q = p.drawn_count < branch_cap_ ? next_remaining_q(parent, &next_token) : 0;
+  if (next_q > 0) {
+    push(Slot{p.log_survival + log_next_p_hat(parent, next_q, p.drawn_count), parent, true});
+  } else {
+    close(parent);
+  }
+  // The child's own slot (p is not used past this point: emplace_back may move it).
+  s_.open.emplace_back();
+  s_.open.back().log_survival = child_log_survival;
+  if (tree_.depth[node] < source_.block_size) push(Slot{child_log_survival, node, false});
+}
+
+DraftTree Expansion::run(int32_t anchor) {
+  tree_.q_source = q_source_;
+  tree_.draft_temperature = params_.temperature;
+  tree_.draft_filter = params_.filter;
+  tree_.add(anchor, -1, 0, 1.0, 1.0f);
+  if (node_cap_ == 0 || branch_cap_ == 0 || source_.block_size == 0) return std::move(tree_);
+  prepare();
+  push(Slot{0.0, 0, false});
+  while (!s_.heap.empty() && tree_.size() - 1 < node_cap_) {
+    std::pop_heap(s_.heap.begin(), s_.heap.end(), below_);
+    const Slot slot = s_.heap.back();
+    s_.heap.pop_back();
+    if (slot.log_bound < log_theta_) break;  // every other slot's bound is no higher
+    // The round-level price: only the slot's bound (known before any draw it admits) and the tree so far are read.
+    if (!chain_ && round_cost_ &&
+        !node_pays_ahead(round_cost_, tree_.size(), expected_tokens_, std::exp(slot.log_bound),
+                         node_cap_ - (tree_.size() - 1)))
+      break;
+    if (slot.has_q) {
+      admit_child(slot.node);
+    } else {
+      load_q(slot.node);
+    }
+  }
+  if (!chain_ && !sampling_ && round_cost_) keep_best_prefix(tree_, round_cost_);
+  return std::move(tree_);
+}
+
+DraftTree expand_impl(const DraftSource& source, int32_t anchor, const TreeParams& params,
+                      const Calibration& calibration, Chooser& chooser, const RoundCost& round_cost,
+                      const std::function<bool(double)>* keep_draw) {
   validate_tree_params(params);
   TS_CHECK(source.vocab > 0 && source.block_size >= 0, "tree: DraftSource needs vocab > 0 and block_size >= 0, got ",
            source.vocab, " and ", source.block_size);
   TS_CHECK(anchor >= 0 && anchor < source.vocab, "tree: anchor token ", anchor, " outside [0, ", source.vocab, ")");
   TS_CHECK(calibration.a > 0, "tree: calibration slope a must be > 0 (p_hat increasing in q), got ", calibration.a);
-
-  const int vocab = source.vocab;
-  const bool chain = params.mode == TreeMode::Chain;
-  const int node_cap = chain ? params.draft_len : params.node_cap;
-  const int branch_cap = chain ? 1 : params.branch_cap;
-  const bool calibrated = params.mode == TreeMode::Tree || chain;
-  const bool sampling = params.temperature > 0;
-  const QSource q_source = params.mode == TreeMode::Marginal ? QSource::Base : QSource::Conditional;
-  // rank and depth are the child's sibling rank and depth, both known before the draw (0 for a parent's first
-  // child; the parent's depth + 1).
-  const auto log_p_hat = [&](double q, int rank, int depth) {
-    return calibrated ? calibration.log_p_hat(q, rank, depth) : std::log(q);
-  };
-  const double log_theta = chain ? -std::numeric_limits<double>::infinity() : std::log(params.theta);
-
-  DraftTree tree;
-  tree.q_source = q_source;
-  tree.draft_temperature = params.temperature;
-  tree.draft_filter = params.filter;
-  tree.add(anchor, -1, 0, 1.0, 1.0f);
-  if (node_cap == 0 || branch_cap == 0 || source.block_size == 0) return tree;
-
-  thread_local ExpandScratch s;
-  const size_t per_node = size_t(node_cap + 1) * branch_cap;
-  if (s.top.size() < per_node) {
-    s.top.resize(per_node);
-    s.drawn.resize(per_node);
-    s.top_q.resize(per_node);
-  }
-  s.open.assign(1, OpenParent{});
-  s.heap.clear();
-  s.probs.resize(vocab);
-  s.marginal.resize(source.block_size + 1);
-  for (auto& m : s.marginal) m.clear();
-  s.free_buffers.clear();
-  for (int i = 0; i < int(s.pool.size()); ++i) s.free_buffers.push_back(i);
-  PHatTable* p_hat_table = nullptr;
-  if (sampling && calibrated) {
-    for (PHatTable& t : s.p_hat_tables)
-      if (t.holds(calibration)) p_hat_table = &t;
-    if (!p_hat_table) {
-      PHatTable& t = s.p_hat_tables[s.next_table];
-      s.next_table = (s.next_table + 1) % int(s.p_hat_tables.size());
-      t.prepare(calibration);
-      p_hat_table = &t;
-    }
-  }
-  // The log priority of a parent's next child (rank = children drawn so far, depth = the parent's + 1): greedy,
-  // p_hat of the largest remaining q (the child it will get); sampling, the expected p_hat of the draw (PHatTable).
-  const auto log_next_p_hat = [&](int node, double largest_q, int rank) {
-    const int depth = tree.depth[node] + 1;
-    if (!sampling) return log_p_hat(largest_q, rank, depth);
-    const float* r = s.pool[s.open[node].remaining].data();  // [vocab]
-    const double e = calibrated ? p_hat_table->expected(r, vocab, rank, depth) : expected_q(r, vocab);
-    return e > 0 ? std::log(e) : -std::numeric_limits<double>::infinity();
-  };
-  tree.token.reserve(node_cap + 1);  // the tree's arrays grow to at most node_cap + 1 entries
-  tree.parent.reserve(node_cap + 1);
-  tree.depth.reserve(node_cap + 1);
-  tree.sibling_rank.reserve(node_cap + 1);
-  tree.survival.reserve(node_cap + 1);
-  tree.draft_q.reserve(node_cap + 1);
-
-  const SlotBelow below;
-  const auto push = [&](Slot slot) {
-    s.heap.push_back(slot);
-    std::push_heap(s.heap.begin(), s.heap.end(), below);
-  };
-  push(Slot{0.0, 0, false});
-  const auto top_of = [&](int node) { return &s.top[size_t(node) * branch_cap]; };
-  const auto top_q_of = [&](int node) { return &s.top_q[size_t(node) * branch_cap]; };
-  const auto drawn_of = [&](int node) { return &s.drawn[size_t(node) * branch_cap]; };
-  // The largest q among the node's not-yet-drawn tokens (0 when none is left). After j < branch_cap draws one of
-  // top[0..j] is undrawn, so the top list holds the answer.
-  const auto next_remaining_q = [&](int node, int32_t* token) {
-    const OpenParent& p = s.open[node];
-    const int32_t* top = top_of(node);
-    const int32_t* drawn = drawn_of(node);
-    for (int i = 0; i < p.top_count; ++i) {
-      bool was_drawn = false;
-      for (int d = 0; d < p.drawn_count; ++d) was_drawn |= drawn[d] == top[i];
-      if (!was_drawn) {
-        *token = top[i];
-        return top_q_of(node)[i];
-      }
-    }
-    *token = -1;
-    return 0.0;
-  };
-  const auto close = [&](int node) {
-    OpenParent& p = s.open[node];
-    if (p.remaining >= 0) s.free_buffers.push_back(p.remaining);
-    p.remaining = -1;
-    p.top_count = 0;
-  };
-  double expected_tokens = 1;  // 1 + sum of survivals
-
-  while (!s.heap.empty() && tree.size() - 1 < node_cap) {
-    std::pop_heap(s.heap.begin(), s.heap.end(), below);
-    const Slot slot = s.heap.back();
-    s.heap.pop_back();
-    if (slot.log_bound < log_theta) break;  // every other slot's bound is no higher
-    // The round-level price: only the slot's bound (known before any draw it admits) and the tree so far are read.
-    if (!chain && params.cost_model &&
-        !node_pays_ahead(*params.cost_model, params.batch, tree.size(), expected_tokens, std::exp(slot.log_bound),
-                         node_cap - (tree.size() - 1), params.context, params.node_ms))
-      break;
-
-    const int32_t parent = slot.node;
-    int32_t token = -1;
-    if (!slot.has_q) {  // load the parent's q, then re-queue it under its real bound (nothing is admitted yet)
-      const int child_depth = tree.depth[parent] + 1;
-      OpenParent& p = s.open[parent];
-      float* own = s.probs.data();  // where this parent's q goes: sampling keeps it as the draws' weights
-      if (sampling) {
-        if (s.free_buffers.empty()) {
-          s.pool.emplace_back(vocab);
-          s.free_buffers.push_back(int(s.pool.size()) - 1);
-        }
-        p.remaining = s.free_buffers.back();
-        s.free_buffers.pop_back();
-        s.pool[p.remaining].resize(vocab);
-        own = s.pool[p.remaining].data();
-      }
-      const float* q = own;
-      if (q_source == QSource::Base) {
-        std::vector<float>& shared = s.marginal[child_depth];
-        if (shared.empty()) {
-          shared.resize(vocab);
-          draft_probs_f32(source, q_source, child_depth, -1, params.temperature, shared.data(), params.filter);
-        }
-        q = shared.data();
-        if (sampling) std::copy(q, q + vocab, own);  // drawn tokens are zeroed in the parent's own copy
-      } else {
-        draft_probs_f32(source, q_source, child_depth, tree.token[parent], params.temperature, own, params.filter);
-      }
-      p.top_count = select_top(q, vocab, branch_cap, top_of(parent), top_q_of(parent));
-      const double next_q = next_remaining_q(parent, &token);
-      if (next_q > 0) {
-        push(Slot{p.log_survival + log_next_p_hat(parent, next_q, 0), parent, true});
-      } else {
-        close(parent);
-      }
-      continue;
-    }
-
-    // Admitted. Now draw: sampled from the remaining q (the chooser normalises; verify() divides by the same sum,
-    // taken over the same floats in the same order), or greedily the largest remaining q, whose survival is the
-    // bound just admitted.
-    double child_q;
-    {
-      OpenParent& p = s.open[parent];
-      if (sampling) {
-        float* remaining = s.pool[p.remaining].data();  // [vocab]
-        token = chooser.choose_f32(remaining, vocab);
-        child_q = remaining[token];
-        remaining[token] = 0;
-      } else {
-        child_q = next_remaining_q(parent, &token);
-      }
-      if (sampling && params.peek_admission_for_negative_test && !params.peek_admission_for_negative_test(child_q)) {
-        close(parent);  // the lossy test-only rule: drop the draw after seeing it
-        continue;
-      }
-    }
-    OpenParent& p = s.open[parent];
-    const int rank = p.drawn_count;
-    drawn_of(parent)[p.drawn_count++] = token;
-    const double child_log_survival = p.log_survival + log_p_hat(child_q, rank, tree.depth[parent] + 1);
-    const double child_survival = std::exp(child_log_survival);
-    const int node = tree.add(token, parent, rank, child_q, static_cast<float>(child_survival));
-    expected_tokens += child_survival;
-
-    // Re-queue the parent under its next bound, or close it.
-    int32_t next_token = -1;
-    const double next_q = p.drawn_count < branch_cap ? next_remaining_q(parent, &next_token) : 0;
-    if (next_q > 0) {
-      push(Slot{p.log_survival + log_next_p_hat(parent, next_q, p.drawn_count), parent, true});
-    } else {
-      close(parent);
-    }
-    // The child's own slot (p is not used past this point: emplace_back may move it).
-    s.open.emplace_back();
-    s.open.back().log_survival = child_log_survival;
-    if (tree.depth[node] < source.block_size) push(Slot{child_log_survival, node, false});
-  }
-  if (!chain && !sampling && params.cost_model) keep_best_prefix(tree, params);
-  return tree;
+  return Expansion(source, params, calibration, chooser, round_cost, keep_draw).run(anchor);
 }
 
-}  // namespace ts::spec
+}  // namespace
+
+bool node_pays_ahead(const RoundCost& round_cost, int k, double expected_tokens, double next_survival,
+                     int max_more) {
+  TS_CHECK(k >= 1, "node_pays_ahead: the tree holds at least the anchor, got size ", k);
+  const double now = round_cost(k);
+  for (int m = 1; m <= max_more; ++m) {
+    const double later = round_cost(k + m);
+    if ((expected_tokens + m * next_survival) * now >= expected_tokens * later) return true;
+  }
+  return false;
+}
+
+DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& params, const Calibration& calibration,
+                 Chooser& chooser, const RoundCost& round_cost) {
+  return expand_impl(source, anchor, params, calibration, chooser, round_cost, nullptr);
+}
+
+DraftTree expand_peeking_at_draws(const DraftSource& source, int32_t anchor, const TreeParams& params,
+                                  const Calibration& calibration, Chooser& chooser,
+                                  const std::function<bool(double drawn_q)>& keep_draw) {
+  return expand_impl(source, anchor, params, calibration, chooser, {}, &keep_draw);
+}
+
+}  // namespace ts::spec_decode

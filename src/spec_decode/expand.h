@@ -6,7 +6,8 @@
 // draw is worth on average; p_hat of the largest remaining q overrated later siblings, whose mass is spread thin:
 // at T = 1 on the shipped pair the adaptive tree then accepted 0.995 tokens per round against 1.218 now). Each
 // step pops the best slot; if its key is below theta, or no number of nodes worth it would pay for their verification
-// (the load-adaptive rule, TreeParams::cost_model), or node_cap nodes exist, expansion stops. Otherwise the draw is admitted BEFORE it is made, then made:
+// (the load-adaptive rule: node_pays_ahead with the round's RoundCost), or node_cap nodes exist, expansion stops.
+// Otherwise the draw is admitted BEFORE it is made, then made:
 //   greedy (temperature 0): the child is the largest remaining q (so its survival equals the bound: best-first);
 //   sampling (temperature T > 0): the child is drawn from q_j = softmax(logits / T) without the parent's earlier
 //     children, through the Chooser. Admission never reads the value of the draw it admits
@@ -31,44 +32,57 @@
 #include <functional>
 
 #include "sampling/chooser.h"
-#include "spec/calibration.h"
-#include "spec/draft_source.h"
-#include "spec/draft_tree.h"
-#include "spec/theta_policy.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/decode_mode.h"
+#include "spec_decode/draft_source.h"
+#include "spec_decode/draft_tree.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
-enum class TreeMode { Tree, Chain, Marginal, LogQ };
+// The price of one round, for load-adaptive expansion: ms of a round that verifies k tokens per sequence (anchor
+// included), non-decreasing in k. The engine builds it from its measured cost curve, the live batch and the
+// request's context (engine/cost_model.h, round_cost_ms); expansion reads nothing else about the machine.
+// Empty: no pricing (theta and node_cap alone stop the tree).
+using RoundCost = std::function<double(int k)>;
 
-struct TreeParams {
-  TreeMode mode = TreeMode::Tree;
+// The round-level stop rule of tree expansion. A tree of k tokens (anchor included) that emits expected_tokens
+// in expectation is about to admit a node whose survival is next_survival (known before its draw). True iff some
+// m in 1..max_more nodes, each worth next_survival, give at least the current rate:
+//   (expected_tokens + m * next_survival) / C(k + m) >= expected_tokens / C(k),   C = round_cost.
+// m = 1 is the marginal threshold (engine/cost_model.h, adaptive_theta); larger m cross a step of the cost curve
+// (L is a staircase set by the GEMM tiles) when the nodes after it are nearly free. Best-first bounds pushed later
+// are no higher than the one popped (children are worth at most their parent), except where a later sibling's rank
+// offset exceeds an earlier one's, so next_survival bounds the later nodes and a false answer is final but for
+// that case.
+bool node_pays_ahead(const RoundCost& round_cost, int k, double expected_tokens, double next_survival,
+                     int max_more);
+
+
+// A request's tree shape: plain data the request owns (RequestOptions::tree).
+struct TreeShape {
   double theta = 0.1;   // stop when the best slot's survival bound < theta (not in Chain)
   int node_cap = 16;    // max nodes excluding the root (not in Chain)
   int branch_cap = 4;   // max children per node (Chain: 1)
   int draft_len = 4;    // Chain: number of nodes
-  float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
-  DraftFilter filter;     // sampling: the request's top-k / top-p / min-p, applied to q too (draft_source.h)
-  // Optional load-adaptive pricing, for the whole round (theta_policy.h): a slot above theta is admitted only while
-  // node_pays_ahead(*cost_model, batch, 1 + nodes, 1 + sum of survivals, its bound, nodes left under node_cap,
-  // context, node_ms) holds. Greedy trees, being deterministic, are then cut to the prefix of their admission order
-  // with the best expected tokens per ms (round_cost_ms). context: the request's committed tokens (< 0: priced at
-  // the curve's own context); node_ms: per-node work outside the forward, >= 0.
-  const CostModel* cost_model = nullptr;
-  int batch = 1;
-  int context = -1;
-  double node_ms = 0;
-  // TEST ONLY (negative control): called with the q of each sampled draw after it is made; returning false
-  // discards the draw and closes its parent's slot. This peeks at the drawn value and breaks losslessness;
-  // tests/spec uses it to show that the exact-enumeration test detects such a rule. Never set it elsewhere.
-  std::function<bool(double drawn_q)> peek_admission_for_negative_test;
 };
 
-// Throws ts::Error on out-of-range parameters (negative caps, theta < 0, ...).
+// Everything expansion reads besides the draft source: the shape, the mode (not None) and what the request's
+// sampling implies for drafting (the engine fills these from RequestOptions: tree_params_for in engine.cc).
+struct TreeParams : TreeShape {
+  DecodeMode mode = DecodeMode::Tree;
+  float temperature = 0;  // draft temperature = the request's; 0 = greedy (deterministic top-q children)
+  DraftFilter filter;     // sampling: the request's top-k / top-p / min-p, applied to q too (draft_source.h)
+};
+
+// Throws ts::Error on out-of-range parameters (negative caps, theta < 0, mode None, ...).
 void validate_tree_params(const TreeParams& params);
 
-// anchor: the last committed token (the root). Throws ts::Error on bad params or a DraftSource without the
+// anchor: the last committed token (the root). round_cost: the round's price (above); with it a slot above theta
+// is admitted only while node_pays_ahead(round_cost, 1 + nodes, 1 + sum of survivals, its bound, nodes left under
+// node_cap) holds, and a greedy tree, being deterministic, is then cut to the prefix of its admission order with
+// the best expected tokens per ms. Chain ignores it. Throws ts::Error on bad params or a DraftSource without the
 // function the mode needs.
 DraftTree expand(const DraftSource& source, int32_t anchor, const TreeParams& params, const Calibration& calibration,
-                 Chooser& chooser);
+                 Chooser& chooser, const RoundCost& round_cost = {});
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -1,11 +1,11 @@
-#include "spec/verify.h"
+#include "spec_decode/verify.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "sampling/distribution.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 namespace {
 
@@ -114,4 +114,4 @@ VerifyResult verify(const DraftTree& tree, const float* target_logits, const Sam
   return result;
 }
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

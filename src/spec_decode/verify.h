@@ -20,11 +20,11 @@
 
 #include "sampling/chooser.h"
 #include "sampling/sampling_params.h"
-#include "spec/calibration.h"
-#include "spec/draft_source.h"
-#include "spec/draft_tree.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/draft_source.h"
+#include "spec_decode/draft_tree.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 
 struct VerifyResult {
   std::vector<int32_t> accepted_nodes;  // tree nodes on the accepted path, root excluded, in depth order
@@ -40,4 +40,4 @@ struct VerifyResult {
 VerifyResult verify(const DraftTree& tree, const float* target_logits, const SamplingParams& target_params,
                     const DraftSource& source, Chooser& chooser);
 
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

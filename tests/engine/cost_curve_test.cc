@@ -15,8 +15,8 @@
 namespace ts {
 namespace {
 
-spec::CostModel two_rows(std::vector<double> ms) {
-  spec::CostModel c;
+CostModel two_rows(std::vector<double> ms) {
+  CostModel c;
   c.batches = {1, 4};
   c.tokens = {1, 2, 3, 4, 5};
   c.ms = std::move(ms);
@@ -25,7 +25,7 @@ spec::CostModel two_rows(std::vector<double> ms) {
 
 TEST(CostCurve, MonotoneFitAveragesDipsAndKeepsRisingRows) {
   // Row 1: a noisy dip at k = 3 (and k = 4 below k = 2); row 2 already non-decreasing.
-  spec::CostModel c = two_rows({5.0, 6.0, 4.0, 5.0, 9.0, /**/ 10.0, 10.0, 11.0, 12.0, 20.0});
+  CostModel c = two_rows({5.0, 6.0, 4.0, 5.0, 9.0, /**/ 10.0, 10.0, 11.0, 12.0, 20.0});
   make_monotone_in_k(c);
   // 6, 4, 5 pool to 5: then 5, 5 after a leading 5.
   const std::vector<double> want = {5.0, 5.0, 5.0, 5.0, 9.0, 10.0, 10.0, 11.0, 12.0, 20.0};
@@ -33,7 +33,7 @@ TEST(CostCurve, MonotoneFitAveragesDipsAndKeepsRisingRows) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_DOUBLE_EQ(c.ms[i], want[i]) << i;
   c.validate();
   // The least-squares property: the row sum is kept.
-  spec::CostModel d = two_rows({3.0, 1.0, 2.0, 8.0, 7.0, 1.0, 2.0, 3.0, 4.0, 5.0});
+  CostModel d = two_rows({3.0, 1.0, 2.0, 8.0, 7.0, 1.0, 2.0, 3.0, 4.0, 5.0});
   make_monotone_in_k(d);
   double sum = 0;
   for (int j = 0; j < 5; ++j) {
@@ -55,10 +55,10 @@ TEST(CostCurve, PolicyTokenCountsAreDenseWhereTheTilesStep) {
 }
 
 TEST(CostCurve, JsonRoundTripAndErrors) {
-  spec::CostModel c = two_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  CostModel c = two_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   c.fixed_ms = 0.5;
   c.fixed_ms_by_batch = {0.5, 1.5};
-  const spec::CostModel back = cost_model_from_json(cost_model_to_json(c));
+  const CostModel back = cost_model_from_json(cost_model_to_json(c));
   EXPECT_EQ(back.batches, c.batches);
   EXPECT_EQ(back.tokens, c.tokens);
   EXPECT_EQ(back.ms, c.ms);
@@ -67,12 +67,12 @@ TEST(CostCurve, JsonRoundTripAndErrors) {
   c.context = 256;
   c.ms_per_context_seq = 0.0025;
   c.ms_per_context_row = 0.00031;
-  const spec::CostModel with_term = cost_model_from_json(cost_model_to_json(c));
+  const CostModel with_term = cost_model_from_json(cost_model_to_json(c));
   EXPECT_EQ(with_term.context, 256);
   EXPECT_DOUBLE_EQ(with_term.ms_per_context_seq, 0.0025);
   EXPECT_DOUBLE_EQ(with_term.ms_per_context_row, 0.00031);
   // A file written before the term existed still loads, and prices every context at the curve's own.
-  const spec::CostModel old_file = cost_model_from_json(
+  const CostModel old_file = cost_model_from_json(
       "{\"version\": 1, \"batches\": [1], \"tokens\": [1, 2], \"ms\": [[1.0, 1.5]], \"fixed_ms\": 0.2}");
   EXPECT_EQ(old_file.context, 0);
   EXPECT_DOUBLE_EQ(old_file.cost_ms(1, 2.0, 4000.0), 1.5);
@@ -94,12 +94,12 @@ TEST(CostCurve, MeasuresTheContextTerm) {
   co.ks = {1, 2, 4};
   co.reps = 2;
   co.monotone = true;
-  const spec::CostModel cost = measure_cost_curve(*pair.target, co);
+  const CostModel cost = measure_cost_curve(*pair.target, co);
   EXPECT_EQ(cost.context, 64);
   EXPECT_TRUE(std::isfinite(cost.ms_per_context_seq) && cost.ms_per_context_seq >= 0);
   EXPECT_TRUE(std::isfinite(cost.ms_per_context_row) && cost.ms_per_context_row >= 0);
   EXPECT_GE(cost.cost_ms(1, 4.0, 512.0), cost.cost_ms(1, 4));
-  const spec::CostModel back = cost_model_from_json(cost_model_to_json(cost));
+  const CostModel back = cost_model_from_json(cost_model_to_json(cost));
   EXPECT_EQ(back.context, 64);
   EXPECT_DOUBLE_EQ(back.ms_per_context_row, cost.ms_per_context_row);
   // Without a longer context asked for, no term.
@@ -140,7 +140,7 @@ TEST(CostCurve, CachedCostModelMeasuresOnceAndReadsItBack) {
   EXPECT_FALSE(one.from_cache);
   EXPECT_NE(one.path, first.path);
   // A cached curve measured while the machine was busier (here: a millisecond slower per forward) is measured again.
-  spec::CostModel busy = again.cost;
+  CostModel busy = again.cost;
   for (double& v : busy.ms) v += 1.0;
   write_cost_model(first.path, busy);
   const CostCacheResult rechecked = cached_cost_model(*pair.target, pair.drafter.get(), o);

@@ -1,11 +1,12 @@
-// The load-adaptive theta: the rule's arithmetic, interpolation, and its limits (flat cost -> 0, proportional
+// The cost model's prices: the load-adaptive theta's arithmetic, interpolation, and its limits (flat cost -> 0, proportional
 // cost -> 1 for the first node, rising as the cost curve becomes linear).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
+#include "spec_decode/expand.h"
 
-namespace ts::spec {
+namespace ts {
 namespace {
 
 // L(k) = fixed + per_token * k at one batch size, measured at k = 1, 2, 4, 8, 16.
@@ -108,20 +109,25 @@ TEST(ThetaPolicy, NodePaysAheadCrossesACostStep) {
   c.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
   c.ms = {10, 10, 10, 10, 14, 14, 14, 14};
   c.validate();
+  // The round's price as the engine hands it to expansion (engine_run.cc), at batch 1 and the curve's context.
+  auto price = [&c](double node_ms) {
+    return spec_decode::RoundCost([&c, node_ms](int k) { return round_cost_ms(c, 1, k, -1, node_ms); });
+  };
+  using spec_decode::node_pays_ahead;
   EXPECT_DOUBLE_EQ(round_cost_ms(c, 1, 4), 10.0);
   EXPECT_DOUBLE_EQ(round_cost_ms(c, 1, 4, -1, 0.5), 11.5);  // three nodes' work on top
   // k = 4, E = 2.5: one node worth 0.3 gives 2.8 / 14 < 2.5 / 10, four give 3.7 / 14 > 0.25.
   EXPECT_DOUBLE_EQ(adaptive_theta(c, 1, 4, 2.5), 1.0) << "the marginal rule wants a sure node";
-  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 1));
-  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 3));
-  EXPECT_TRUE(node_pays_ahead(c, 1, 4, 2.5, 0.3, 4));
-  EXPECT_FALSE(node_pays_ahead(c, 1, 4, 2.5, 0.2, 4)) << "3.3 / 14 < 0.25";
+  EXPECT_FALSE(node_pays_ahead(price(0), 4, 2.5, 0.3, 1));
+  EXPECT_FALSE(node_pays_ahead(price(0), 4, 2.5, 0.3, 3));
+  EXPECT_TRUE(node_pays_ahead(price(0), 4, 2.5, 0.3, 4));
+  EXPECT_FALSE(node_pays_ahead(price(0), 4, 2.5, 0.2, 4)) << "3.3 / 14 < 0.25";
   // m = 1 is exactly the marginal threshold.
   for (double s : {0.05, 0.1, 0.2, 0.5})
-    EXPECT_EQ(node_pays_ahead(c, 1, 2, 2.0, s, 1), s >= adaptive_theta(c, 1, 2, 2.0)) << s;
+    EXPECT_EQ(node_pays_ahead(price(0), 2, 2.0, s, 1), s >= adaptive_theta(c, 1, 2, 2.0)) << s;
   // Per-node work outside the forward is priced: a flat stretch stops paying when nodes cost their own work.
-  EXPECT_TRUE(node_pays_ahead(c, 1, 2, 2.0, 0.1, 1));
-  EXPECT_FALSE(node_pays_ahead(c, 1, 2, 2.0, 0.1, 1, -1, 1.0)) << "2.1 / 12 < 2 / 11";
+  EXPECT_TRUE(node_pays_ahead(price(0), 2, 2.0, 0.1, 1));
+  EXPECT_FALSE(node_pays_ahead(price(1.0), 2, 2.0, 0.1, 1)) << "2.1 / 12 < 2 / 11";
 }
 
 TEST(ThetaPolicy, RejectsBadTables) {
@@ -137,4 +143,4 @@ TEST(ThetaPolicy, RejectsBadTables) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts

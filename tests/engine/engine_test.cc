@@ -55,12 +55,12 @@ RequestOptions options_of(int i, int max_new) {
   o.tree.node_cap = 4 + 3 * i;
   o.tree.branch_cap = 1 + i % 3;
   o.tree.draft_len = 2 + i % 4;
-  if (i % 4 == 3) o.tree.mode = spec::TreeMode::LogQ;
+  if (i % 4 == 3) o.mode = DecodeMode::LogQ;
   return o;
 }
 
-spec::CostModel toy_curve() {
-  spec::CostModel c;
+CostModel toy_curve() {
+  CostModel c;
   c.batches = {1, 4};
   c.tokens = {1, 4, 16};
   c.ms = {1.0, 1.1, 1.6, 2.0, 4.0, 12.0};

@@ -22,7 +22,7 @@ using testing::Pair;
 
 struct Arm {
   DecodeMode mode;
-  spec::TreeMode priority;
+  DecodeMode priority;
   double theta;
   int node_cap, branch_cap, draft_len;
 };
@@ -31,16 +31,16 @@ class GreedyEquality : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
   const std::vector<Arm> arms = {
-      {DecodeMode::Chain, spec::TreeMode::Chain, 0, 4, 1, 3},     {DecodeMode::Chain, spec::TreeMode::Chain, 0, 6, 1, 6},
-      {DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 12, 3, 0},    {DecodeMode::Tree, spec::TreeMode::Tree, 0.05, 32, 4, 0},
-      {DecodeMode::Tree, spec::TreeMode::Tree, 0.9, 32, 4, 0},    {DecodeMode::Tree, spec::TreeMode::Marginal, 0, 8, 2, 0},
-      {DecodeMode::Tree, spec::TreeMode::LogQ, 0.01, 16, 4, 0},   {DecodeMode::Tree, spec::TreeMode::Tree, 0.0, 1, 1, 0},
+      {DecodeMode::Chain, DecodeMode::Chain, 0, 4, 1, 3},     {DecodeMode::Chain, DecodeMode::Chain, 0, 6, 1, 6},
+      {DecodeMode::Tree, DecodeMode::Tree, 0.0, 12, 3, 0},    {DecodeMode::Tree, DecodeMode::Tree, 0.05, 32, 4, 0},
+      {DecodeMode::Tree, DecodeMode::Tree, 0.9, 32, 4, 0},    {DecodeMode::Tree, DecodeMode::Marginal, 0, 8, 2, 0},
+      {DecodeMode::Tree, DecodeMode::LogQ, 0.01, 16, 4, 0},   {DecodeMode::Tree, DecodeMode::Tree, 0.0, 1, 1, 0},
   };
   int accepted_total = 0;
   for (uint64_t pair_seed : {11, 12}) {
     Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, GetParam(), pair_seed);
     Generator plain(*pair.target, nullptr);
-    Generator spec_gen(*pair.target, pair.drafter.get(), spec::Calibration{1.3, 0.4});
+    Generator spec_gen(*pair.target, pair.drafter.get(), spec_decode::Calibration{1.3, 0.4});
     for (int p = 0; p < 4; ++p) {
       std::vector<int32_t> prompt;
       for (int i = 0; i < 3 + p * 5; ++i) prompt.push_back(int32_t((pair_seed * 7 + p * 13 + i * 5) % 19));
@@ -52,7 +52,7 @@ TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
       for (const Arm& arm : arms) {
         GenerateOptions o = base;
         o.mode = arm.mode;
-        o.tree.mode = arm.priority;
+        o.mode = arm.priority;
         o.tree.theta = arm.theta;
         o.tree.node_cap = arm.node_cap;
         o.tree.branch_cap = arm.branch_cap;
@@ -66,7 +66,7 @@ TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
       }
       // The round-level pricing (look-ahead across a cost step, greedy trees cut to their best prefix, per-node
       // work), on a staircase curve: the text is still the target's.
-      spec::CostModel staircase;
+      CostModel staircase;
       staircase.batches = {1};
       staircase.tokens = {1, 2, 3, 4, 5, 8, 16};
       staircase.ms = {1.0, 1.0, 1.0, 1.5, 1.5, 1.55, 2.5};
@@ -75,8 +75,7 @@ TEST_P(GreedyEquality, EveryModeMatchesTargetOnlyGreedy) {
       priced.tree.theta = 0;
       priced.tree.node_cap = 12;
       priced.tree.branch_cap = 3;
-      priced.tree.cost_model = &staircase;
-      priced.tree.node_ms = 0.01;
+      priced.fixed_pricing = RequestOptions::FixedPricing{staircase, 1, 0.01};
       const GenerationResult r = spec_gen.generate(prompt, priced);
       EXPECT_EQ(r.ids, want) << "prompt " << p << " round-level pricing";
       EXPECT_GT(r.stats.rounds, 0);
@@ -101,7 +100,7 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
   struct Case {
     SamplingParams params;
     DecodeMode mode;
-    spec::TreeMode priority;
+    DecodeMode priority;
     int node_cap, branch_cap;
     double theta = 0;
   };
@@ -114,13 +113,13 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
   // cut less.
   filtered.top_k = 6;
   filtered.min_p = 0.02f;
-  const std::vector<Case> cases = {{t1, DecodeMode::Tree, spec::TreeMode::Tree, 6, 3},
-                                   {filtered, DecodeMode::Tree, spec::TreeMode::Tree, 8, 4},
-                                   {t1, DecodeMode::Chain, spec::TreeMode::Chain, 3, 1},
+  const std::vector<Case> cases = {{t1, DecodeMode::Tree, DecodeMode::Tree, 6, 3},
+                                   {filtered, DecodeMode::Tree, DecodeMode::Tree, 8, 4},
+                                   {t1, DecodeMode::Chain, DecodeMode::Chain, 3, 1},
                                    // theta > 0: the online calibration refit (on by default) changes how many
                                    // nodes the second round grows, from the first round's labels
-                                   {t1, DecodeMode::Tree, spec::TreeMode::Tree, 8, 3, 0.15}};
-  Generator gen(*pair.target, pair.drafter.get(), spec::Calibration{});
+                                   {t1, DecodeMode::Tree, DecodeMode::Tree, 8, 3, 0.15}};
+  Generator gen(*pair.target, pair.drafter.get(), spec_decode::Calibration{});
   for (const Case& c : cases) {
     std::map<std::vector<int32_t>, double> exact;
     exact_continuations(*pair.target, prompt, 3, c.params, &exact);
@@ -131,7 +130,7 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
     GenerateOptions o;
     o.max_new_tokens = 3;
     o.mode = c.mode;
-    o.tree.mode = c.priority;
+    o.mode = c.priority;
     o.tree.theta = c.theta;
     o.tree.node_cap = c.node_cap;
     o.tree.branch_cap = c.branch_cap;
@@ -161,7 +160,7 @@ TEST(SampledLosslessness, ThreeTokenContinuationsMatchTarget) {
 
 TEST(Generation, OnlineCalibrationIsPerRequestAndCanBeTurnedOff) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/6, DType::F32, 21);
-  Generator gen(*pair.target, pair.drafter.get(), spec::Calibration{1.3, 0.4});
+  Generator gen(*pair.target, pair.drafter.get(), spec_decode::Calibration{1.3, 0.4});
   GenerateOptions o;
   o.max_new_tokens = 40;
   o.tree.theta = 0.1;
@@ -170,7 +169,7 @@ TEST(Generation, OnlineCalibrationIsPerRequestAndCanBeTurnedOff) {
   const GenerationResult first = gen.generate(prompt, o);
   const GenerationResult again = gen.generate(prompt, o);  // starts from the prior again, not from `first`'s fit
   ASSERT_GT(first.stats.rounds, 2);
-  ASSERT_EQ(first.stats.calibration_shifts.size(), size_t(spec::kRankBuckets));
+  ASSERT_EQ(first.stats.calibration_shifts.size(), size_t(spec_decode::kRankBuckets));
   EXPECT_EQ(again.stats.calibration_shifts, first.stats.calibration_shifts);
   EXPECT_EQ(again.stats.tree_sizes, first.stats.tree_sizes);
   double moved = 0;

@@ -47,7 +47,7 @@ TEST_P(GreedyUnderEachIsa, SpeculativeEqualsTargetOnly) {
   for (uint64_t seed : {21, 22}) {
     Pair pair = make_ragged_pair(dtype, seed);
     Generator plain(*pair.target, nullptr);
-    Generator spec_gen(*pair.target, pair.drafter.get(), spec::Calibration{1.3, 0.4});
+    Generator spec_gen(*pair.target, pair.drafter.get(), spec_decode::Calibration{1.3, 0.4});
     for (int p = 0; p < 3; ++p) {
       std::vector<int32_t> prompt;
       for (int i = 0; i < 4 + p * 7; ++i) prompt.push_back(int32_t((seed * 5 + p * 11 + i * 7) % 19));
@@ -56,12 +56,12 @@ TEST_P(GreedyUnderEachIsa, SpeculativeEqualsTargetOnly) {
       base.mode = DecodeMode::None;
       const std::vector<int32_t> want = plain.generate(prompt, base).ids;
       ASSERT_EQ(want.size(), 32u);
-      for (auto [mode, priority, cap] : {std::tuple{DecodeMode::Chain, spec::TreeMode::Chain, 5},
-                                         std::tuple{DecodeMode::Tree, spec::TreeMode::Tree, 24},
-                                         std::tuple{DecodeMode::Tree, spec::TreeMode::Tree, 8}}) {
+      for (auto [mode, priority, cap] : {std::tuple{DecodeMode::Chain, DecodeMode::Chain, 5},
+                                         std::tuple{DecodeMode::Tree, DecodeMode::Tree, 24},
+                                         std::tuple{DecodeMode::Tree, DecodeMode::Tree, 8}}) {
         GenerateOptions o = base;
         o.mode = mode;
-        o.tree.mode = priority;
+        o.mode = priority;
         o.tree.node_cap = cap;
         o.tree.theta = 0.0;
         o.tree.branch_cap = mode == DecodeMode::Chain ? 1 : 4;

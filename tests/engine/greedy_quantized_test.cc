@@ -51,7 +51,7 @@ TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
     ASSERT_EQ(target->weight_format(), want_format);
     auto drafter = Drafter::load(dir + "/drafter", target->config());
     Generator plain(*target, nullptr);
-    Generator spec_gen(*target, drafter.get(), spec::Calibration{1.3, 0.4});
+    Generator spec_gen(*target, drafter.get(), spec_decode::Calibration{1.3, 0.4});
     for (int p = 0; p < 3; ++p) {
       std::vector<int32_t> prompt;
       for (int i = 0; i < 4 + p * 7; ++i) prompt.push_back(int32_t((seed * 5 + p * 11 + i * 7) % 19));
@@ -63,7 +63,6 @@ TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
       for (auto [mode, cap] : {std::pair{DecodeMode::Chain, 5}, {DecodeMode::Tree, 24}, {DecodeMode::Tree, 8}}) {
         GenerateOptions o = base;
         o.mode = mode;
-        o.tree.mode = mode == DecodeMode::Chain ? spec::TreeMode::Chain : spec::TreeMode::Tree;
         o.tree.node_cap = cap;
         o.tree.theta = 0.0;
         o.tree.branch_cap = mode == DecodeMode::Chain ? 1 : 4;

@@ -41,12 +41,11 @@ TEST(NoMarkovDrafter, ChainAndMarginalTreesMatchTargetGreedy) {
     base.max_new_tokens = 30;
     base.mode = DecodeMode::None;
     const auto want = plain.generate(prompt, base).ids;
-    for (spec::TreeMode priority : {spec::TreeMode::Chain, spec::TreeMode::Marginal}) {
+    for (DecodeMode priority : {DecodeMode::Chain, DecodeMode::Marginal}) {
       GenerateOptions o = base;
-      o.mode = priority == spec::TreeMode::Chain ? DecodeMode::Chain : DecodeMode::Tree;
-      o.tree.mode = priority;
-      o.tree.node_cap = priority == spec::TreeMode::Chain ? 4 : 8;
-      o.tree.branch_cap = priority == spec::TreeMode::Chain ? 1 : 2;
+      o.mode = priority;
+      o.tree.node_cap = priority == DecodeMode::Chain ? 4 : 8;
+      o.tree.branch_cap = priority == DecodeMode::Chain ? 1 : 2;
       o.tree.draft_len = 4;
       o.tree.theta = 0;
       GenerationResult r = spec_gen.generate(prompt, o);

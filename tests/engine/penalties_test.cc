@@ -81,14 +81,14 @@ Reference penalized_reference(TargetModel& m, const std::vector<int32_t>& prompt
 struct Subject {
   std::string name;
   Pair pair;  // random tiny pair, or the shipped one
-  spec::Calibration calibration;
+  spec_decode::Calibration calibration;
   std::vector<std::vector<int32_t>> prompts;
 };
 
 std::vector<Subject> subjects() {
   std::vector<Subject> out;
   Subject tiny{"random pair", make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 11),
-               spec::Calibration{1.3, 0.4}, {{1, 5, 2, 9}, {3, 3, 6, 0, 17, 4, 12}}};
+               spec_decode::Calibration{1.3, 0.4}, {{1, 5, 2, 9}, {3, 3, 6, 0, 17, 4, 12}}};
   out.push_back(std::move(tiny));
   const std::string dir = std::string(TS_SOURCE_DIR) + "/models/";
   if (file_exists(dir + "treespark-target/config.json")) {

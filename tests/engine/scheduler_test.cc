@@ -9,7 +9,7 @@
 #include <map>
 
 #include "engine/scheduler.h"
-#include "spec/theta_policy.h"
+#include "engine/cost_model.h"
 
 namespace ts::sched {
 namespace {
@@ -209,7 +209,7 @@ TEST(Scheduler, NoSpeculationWithoutRoomForABlockOrWithoutADrafter) {
 
 // b adaptive requests decoding (context 4 of 100), priced with `curve`, measured at the given tokens and nodes
 // per round.
-SchedulerState adaptive_decoding(int b, int max_batch, const spec::CostModel& curve, double tokens, double nodes) {
+SchedulerState adaptive_decoding(int b, int max_batch, const CostModel& curve, double tokens, double nodes) {
   SchedulerState st = make_state(max_batch, 64, 1 << 30);
   st.config.cost = &curve;
   for (int i = 0; i < b; ++i) {
@@ -228,7 +228,7 @@ SchedulerState adaptive_decoding(int b, int max_batch, const spec::CostModel& cu
 // What the curve leaves out is learned from executed steps: rounds that cost far more than modelled switch
 // speculation off where the curve alone keeps it on, and residuals that match the model change nothing.
 TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
-  spec::CostModel curve;
+  CostModel curve;
   curve.batches = {1, 8};
   curve.tokens = {1, 2, 4, 8, 16};
   curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};  // memory-bound: speculation pays on the curve
@@ -289,8 +289,8 @@ TEST(Scheduler, ResidualWindowIsTheLowerMedianOfTheNewestObservations) {
 }
 
 // L(b, k): a memory-bound forward (flat in k) at b = 1, turning compute-bound (proportional to b * k) as b grows.
-spec::CostModel serving_curve() {
-  spec::CostModel c;
+CostModel serving_curve() {
+  CostModel c;
   c.batches = {1, 4, 16, 64};
   c.tokens = {1, 2, 4, 8, 16, 32};
   for (int b : c.batches)
@@ -303,7 +303,7 @@ spec::CostModel serving_curve() {
 // The context term reaches the scheduler: the same requests that speculate at a short context stop where each
 // extra row attends over many thousand keys, and the step is priced (and logged) at the requests' mean context.
 TEST(Scheduler, LongContextsPriceSpeculationOff) {
-  spec::CostModel curve;
+  CostModel curve;
   curve.batches = {1, 8};
   curve.tokens = {1, 2, 4, 8, 16};
   curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};
@@ -327,11 +327,11 @@ TEST(Scheduler, LongContextsPriceSpeculationOff) {
   const Plan long_plan = schedule(at_context(8000));
   EXPECT_EQ(speculating(long_plan), 0);
   EXPECT_GT(long_plan.decode[0].theta, short_plan.decode[0].theta);
-  EXPECT_NEAR(long_plan.decode[0].theta, spec::adaptive_theta(curve, 2, 1, 1.0, 8000), 1e-12);
+  EXPECT_NEAR(long_plan.decode[0].theta, adaptive_theta(curve, 2, 1, 1.0, 8000), 1e-12);
 }
 
 TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
-  const spec::CostModel curve = serving_curve();
+  const CostModel curve = serving_curve();
   double previous_theta = -1;
   bool switched_off = false, on_at_one = false;
   for (int b : {1, 2, 4, 8, 16, 32, 64}) {
@@ -342,11 +342,11 @@ TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
     for (const DecodeWork& d : p.decode) {
       EXPECT_EQ(d.pricing_batch, b);
       EXPECT_TRUE(d.adaptive);
-      EXPECT_NEAR(d.theta, spec::adaptive_theta(curve, b, 1, 1.0), 1e-12);
+      EXPECT_NEAR(d.theta, adaptive_theta(curve, b, 1, 1.0), 1e-12);
       speculating += d.speculate;
     }
     // The chosen number of speculating requests has the best modelled rate of all choices.
-    auto rate = [&](int j) { return (b + 1.2 * j) / spec::step_cost_ms(curve, b, b + 6.0 * j, j); };
+    auto rate = [&](int j) { return (b + 1.2 * j) / step_cost_ms(curve, b, b + 6.0 * j, j); };
     for (int j = 0; j <= b; ++j) EXPECT_GE(rate(speculating), rate(j) - 1e-12) << "b = " << b << " j = " << j;
     EXPECT_GE(p.decode[0].theta, previous_theta) << "theta must not fall as the load grows (b = " << b << ")";
     previous_theta = p.decode[0].theta;
@@ -362,7 +362,7 @@ TEST(Scheduler, TreeBudgetsShrinkWithLoadAndSpeculationSwitchesOff) {
 }
 
 TEST(Scheduler, SampledRequestsWithFewerTokensPerRoundStopSpeculatingFirst) {
-  const spec::CostModel curve = serving_curve();
+  const CostModel curve = serving_curve();
   // The break-even batch of a request emitting 2.6 tokens per round is higher than one emitting 1.4.
   auto off_batch = [&](double tokens_per_round, float temperature) {
     for (int b = 1; b <= 64; ++b) {
@@ -378,7 +378,7 @@ TEST(Scheduler, SampledRequestsWithFewerTokensPerRoundStopSpeculatingFirst) {
 }
 
 TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
-  const spec::CostModel curve = serving_curve();
+  const CostModel curve = serving_curve();
   SchedulerState st = make_state(64, 64, 1 << 30);
   st.config.cost = &curve;
   st.config.probe_interval = 10;
@@ -436,7 +436,7 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
       out.push_back(o);
     }
     update(st, p, out);
-    seen.modelled_ms = spec::step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
+    seen.modelled_ms = step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
     seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : 0.0);
     observe_step(st, seen);
     speculated.push_back(seen.drafting > 0);
@@ -444,8 +444,8 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
   return speculated;
 }
 
-spec::CostModel memory_bound_curve() {
-  spec::CostModel curve;
+CostModel memory_bound_curve() {
+  CostModel curve;
   curve.batches = {1, 8};
   curve.tokens = {1, 2, 4, 8, 16};
   curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};
@@ -454,7 +454,7 @@ spec::CostModel memory_bound_curve() {
   return curve;
 }
 
-SchedulerState one_long_request(const spec::CostModel& curve) {
+SchedulerState one_long_request(const CostModel& curve) {
   SchedulerState st = adaptive_decoding(1, 8, curve, 3.0, 4);
   st.seqs[0].max_context = 1 << 30;
   return st;
@@ -466,7 +466,7 @@ int count(const std::vector<bool>& v, size_t from = 0) { return int(std::count(v
 // residual priced speculation out, and nothing ever drafted again to correct it. Now the slow start is partly
 // dropped as warm-up, the rest is outvoted by probes, and speculation comes back for good.
 TEST(Scheduler, SlowFirstDraftingStepsDoNotSwitchSpeculationOffForGood) {
-  const spec::CostModel curve = memory_bound_curve();
+  const CostModel curve = memory_bound_curve();
   for (int slow_steps : {3, 6}) {
     SchedulerState st = one_long_request(curve);
     const std::vector<bool> speculated =
@@ -485,7 +485,7 @@ TEST(Scheduler, SlowFirstDraftingStepsDoNotSwitchSpeculationOffForGood) {
 // Where speculation truly does not pay (every round costs 40 ms more than the curve says), it stays off but keeps
 // probing, at most one round every max_probe_interval + 1 steps once the interval has grown.
 TEST(Scheduler, SpeculationThatNeverPaysStaysMostlyOffAndKeepsProbingAtABoundedCost) {
-  const spec::CostModel curve = memory_bound_curve();
+  const CostModel curve = memory_bound_curve();
   SchedulerState st = one_long_request(curve);
   ASSERT_EQ(st.config.probe_interval, 8);
   ASSERT_EQ(st.config.max_probe_interval, 64);
@@ -508,7 +508,7 @@ TEST(Scheduler, SpeculationThatNeverPaysStaysMostlyOffAndKeepsProbingAtABoundedC
 // A probe that finds the estimate too pessimistic keeps the interval short; the policy speculating by itself
 // resets it.
 TEST(Scheduler, ProbeIntervalResetsWhenAProbeFindsRoundsCheaper) {
-  const spec::CostModel curve = memory_bound_curve();
+  const CostModel curve = memory_bound_curve();
   SchedulerState st = one_long_request(curve);
   simulate_policy(st, 300, [](int) { return 40.0; });
   ASSERT_EQ(st.probe_interval, 64);
@@ -540,17 +540,17 @@ TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
 }
 
 TEST(CostModelPolicy, DrafterCostPerBatchIsInterpolatedAndPriced) {
-  spec::CostModel c = serving_curve();
+  CostModel c = serving_curve();
   EXPECT_DOUBLE_EQ(c.fixed_cost_ms(1), 1.0);
   EXPECT_DOUBLE_EQ(c.fixed_cost_ms(10), 1.5 + (3.0 - 1.5) * 6 / 12);
   EXPECT_DOUBLE_EQ(c.fixed_cost_ms(100), 9.0);
   // A dearer drafter lowers the node price (the round's fixed cost dilutes it) but makes speculation pay less.
-  spec::CostModel dear = c;
+  CostModel dear = c;
   for (double& f : dear.fixed_ms_by_batch) f *= 10;
-  EXPECT_LT(spec::adaptive_theta(dear, 16, 3, 2.0), spec::adaptive_theta(c, 16, 3, 2.0));
-  EXPECT_TRUE(spec::speculation_pays(c, 1, 8, 2.0));
-  EXPECT_FALSE(spec::speculation_pays(dear, 1, 8, 1.5));
-  spec::CostModel wrong = c;
+  EXPECT_LT(adaptive_theta(dear, 16, 3, 2.0), adaptive_theta(c, 16, 3, 2.0));
+  EXPECT_TRUE(speculation_pays(c, 1, 8, 2.0));
+  EXPECT_FALSE(speculation_pays(dear, 1, 8, 1.5));
+  CostModel wrong = c;
   wrong.fixed_ms_by_batch.pop_back();
   EXPECT_THROW(wrong.validate(), Error);
 }

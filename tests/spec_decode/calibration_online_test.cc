@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "sampling/chooser.h"
-#include "spec/calibration_online.h"
+#include "spec_decode/calibration_online.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 double sigmoid(double z) { return 1 / (1 + std::exp(-z)); }
@@ -155,4 +155,4 @@ TEST(OnlineCalibration, PublishesOnlyInSteps) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -8,10 +8,10 @@
 
 #include "core/error.h"
 #include "sampling/chooser.h"
-#include "spec/calibration.h"
-#include "spec/calibration_file.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/calibration_file.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 // Edges with q spread over (0, 1) and labels drawn from sigmoid(a * logit(q) + b).
@@ -302,4 +302,4 @@ TEST(CalibrationFile, MalformedInputThrows) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "spec/draft_tree.h"
+#include "spec_decode/draft_tree.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 // Node (parent): 0 (-), 1 (0), 2 (0), 3 (1), 4 (1), 5 (2).
@@ -53,4 +53,4 @@ TEST(DraftTree, ValidateCatchesMalformedTrees) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

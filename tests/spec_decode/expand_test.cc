@@ -9,10 +9,10 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "spec/expand.h"
-#include "spec/synthetic_pair.h"
+#include "spec_decode/expand.h"
+#include "spec_decode/synthetic_pair.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 using testing::SyntheticDrafter;
@@ -35,7 +35,7 @@ std::vector<double> child_q(const DraftSource& source, int child_depth, int32_t 
 
 int32_t top1(const std::vector<double>& q) { return static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin()); }
 
-TreeParams params(TreeMode mode, int branch_cap, int node_cap, double theta) {
+TreeParams params(DecodeMode mode, int branch_cap, int node_cap, double theta) {
   TreeParams t;
   t.mode = mode;
   t.branch_cap = branch_cap;
@@ -53,7 +53,7 @@ TEST(Expand, HighThetaGivesTheTopOnePath) {
     const DraftSource s = d.source();
     const Calibration cal{1.4, 0.3};
     // No two siblings can both have p_hat > p_hat(0.5) (their q would sum past 1), so the tree is a chain.
-    TreeParams t = params(TreeMode::Tree, 4, 16, cal.p_hat(0.5) + 1e-9);
+    TreeParams t = params(DecodeMode::Tree, 4, 16, cal.p_hat(0.5) + 1e-9);
     RandomChooser chooser = unused_chooser();
     const DraftTree tree = expand(s, 3, t, cal, chooser);
     tree.validate(8);
@@ -63,7 +63,7 @@ TEST(Expand, HighThetaGivesTheTopOnePath) {
       EXPECT_GE(tree.survival[i], t.theta * (1 - 1e-6));
     }
     // The same prefix as chain mode.
-    TreeParams chain = params(TreeMode::Chain, 1, 0, 0);
+    TreeParams chain = params(DecodeMode::Chain, 1, 0, 0);
     chain.draft_len = 5;
     const DraftTree c = expand(s, 3, chain, cal, chooser);
     for (int i = 1; i < tree.size(); ++i) EXPECT_EQ(tree.token[i], c.token[i]);
@@ -75,7 +75,7 @@ TEST(Expand, HighThetaGivesTheTopOnePath) {
 TEST(Expand, ThetaZeroFillsNodeCap) {
   const SyntheticDrafter d = SyntheticDrafter::random(8, 4, 2, 5);
   const DraftSource s = d.source();
-  for (TreeMode mode : {TreeMode::Tree, TreeMode::Marginal, TreeMode::LogQ}) {
+  for (DecodeMode mode : {DecodeMode::Tree, DecodeMode::Marginal, DecodeMode::LogQ}) {
     for (float temperature : {0.0f, 1.0f}) {
       for (int n : {1, 2, 5, 13, 40}) {
         TreeParams t = params(mode, 3, n, 0);
@@ -98,7 +98,7 @@ TEST(Expand, ChainModeGivesDraftLenNodes) {
   const DraftSource s = d.source();
   for (int len : {0, 1, 3, 4, 9}) {
     for (float temperature : {0.0f, 0.8f}) {
-      TreeParams t = params(TreeMode::Chain, 5, 2, 0.99);  // branch_cap, node_cap and theta are ignored
+      TreeParams t = params(DecodeMode::Chain, 5, 2, 0.99);  // branch_cap, node_cap and theta are ignored
       t.draft_len = len;
       t.temperature = temperature;
       RandomChooser chooser(len);
@@ -145,7 +145,7 @@ TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
   const std::vector<double> all = full_tree_survivals(s, cal, branch, 2);  // every node of the full tree, best first
   for (int n : {1, 4, 10, 25}) {
     RandomChooser chooser = unused_chooser();
-    const DraftTree tree = expand(s, 2, params(TreeMode::Tree, branch, n, 0), cal, chooser);
+    const DraftTree tree = expand(s, 2, params(DecodeMode::Tree, branch, n, 0), cal, chooser);
     ASSERT_EQ(tree.size() - 1, n);
     std::vector<double> got;
     for (int i = 1; i < tree.size(); ++i) {
@@ -159,7 +159,7 @@ TEST(Expand, GreedyTreeIsTheBestNByBruteForce) {
     // With theta between the n-th and (n+1)-th survival, node_cap is not needed to stop at n.
     if (all[n - 1] > all[n] * (1 + 1e-5)) {
       const DraftTree by_theta =
-          expand(s, 2, params(TreeMode::Tree, branch, 1000, std::sqrt(all[n - 1] * all[n])), cal, chooser);
+          expand(s, 2, params(DecodeMode::Tree, branch, 1000, std::sqrt(all[n - 1] * all[n])), cal, chooser);
       EXPECT_EQ(by_theta.size() - 1, n);
     }
   }
@@ -177,7 +177,7 @@ TEST(Expand, GreedyTreeWithRankAndDepthOffsetsIsTheBestN) {
   const std::vector<double> all = full_tree_survivals(s, cal, branch, 2);  // every node of the full tree, best first
   for (int n : {3, 8, 20}) {
     RandomChooser chooser = unused_chooser();
-    const DraftTree tree = expand(s, 2, params(TreeMode::Tree, branch, n, 0), cal, chooser);
+    const DraftTree tree = expand(s, 2, params(DecodeMode::Tree, branch, n, 0), cal, chooser);
     ASSERT_EQ(tree.size() - 1, n);
     std::vector<double> got;
     for (int i = 1; i < tree.size(); ++i) {
@@ -201,7 +201,7 @@ TEST(Expand, DepthOffsetPrefersASiblingOverAGrandchild) {
   for (float temperature : {0.0f, 1.0f}) {
     int chains = 0;
     for (uint64_t seed = 0; seed < 20; ++seed) {
-      TreeParams t = params(TreeMode::Tree, 4, 3, 0);
+      TreeParams t = params(DecodeMode::Tree, 4, 3, 0);
       t.temperature = temperature;
       RandomChooser plain_chooser(seed), offset_chooser(seed);
       const DraftTree plain = expand(s, 1, t, Calibration{}, plain_chooser);
@@ -218,7 +218,7 @@ TEST(Expand, MarginalIgnoresTheParentAndLogQMultipliesQ) {
   const SyntheticDrafter d = SyntheticDrafter::random(8, 3, 2, 9);
   const DraftSource s = d.source();
   RandomChooser chooser = unused_chooser();
-  const DraftTree m = expand(s, 4, params(TreeMode::Marginal, 2, 12, 0), Calibration{3, 2}, chooser);
+  const DraftTree m = expand(s, 4, params(DecodeMode::Marginal, 2, 12, 0), Calibration{3, 2}, chooser);
   EXPECT_EQ(m.q_source, QSource::Base);
   for (int i = 1; i < m.size(); ++i) {
     const std::vector<double> q = child_q(s, m.depth[i], -1, /*marginal=*/true);
@@ -230,7 +230,7 @@ TEST(Expand, MarginalIgnoresTheParentAndLogQMultipliesQ) {
       EXPECT_EQ(m.token[i], top1(q));
     }
   }
-  const DraftTree l = expand(s, 4, params(TreeMode::LogQ, 2, 12, 0), Calibration{3, 2}, chooser);
+  const DraftTree l = expand(s, 4, params(DecodeMode::LogQ, 2, 12, 0), Calibration{3, 2}, chooser);
   EXPECT_EQ(l.q_source, QSource::Conditional);
   for (int i = 1; i < l.size(); ++i) EXPECT_NEAR(l.survival[i], l.survival[l.parent[i]] * l.draft_q[i], 1e-6);
 }
@@ -240,7 +240,7 @@ TEST(Expand, SampledChildrenAreDistinctAndCarryTheirOwnSurvival) {
   const DraftSource s = d.source();
   const Calibration cal{0.9, 0.5};
   for (uint64_t seed = 0; seed < 50; ++seed) {
-    TreeParams t = params(TreeMode::Tree, 3, 8, 0.05);
+    TreeParams t = params(DecodeMode::Tree, 3, 8, 0.05);
     t.temperature = 0.7f;
     RandomChooser chooser(seed);
     const DraftTree tree = expand(s, 5, t, cal, chooser);
@@ -260,18 +260,13 @@ TEST(Expand, SampledChildrenAreDistinctAndCarryTheirOwnSurvival) {
 TEST(Expand, CostModelShrinksTheTreeTowardTheChain) {
   const SyntheticDrafter d = SyntheticDrafter::random(8, 6, 2, 12, 3, 1);
   const DraftSource s = d.source();
-  CostModel cost;
-  cost.batches = {1, 64};
-  cost.tokens = {1, 2, 4, 8, 16, 32};
-  //            flat at batch 1 (memory bound)        linear through 0 at batch 64 (compute bound)
-  cost.ms = {10, 10.01, 10.02, 10.05, 10.1, 10.3,  1, 2, 4, 8, 16, 32};
-  TreeParams t = params(TreeMode::Tree, 3, 30, 0.01);
-  t.cost_model = &cost;
+  const std::vector<int> k = {1, 2, 4, 8, 16, 32};
+  const RoundCost memory_bound = testing::table_round_cost(k, {10, 10.01, 10.02, 10.05, 10.1, 10.3});  // flat
+  const RoundCost compute_bound = testing::table_round_cost(k, {1, 2, 4, 8, 16, 32});  // linear through 0
+  const TreeParams t = params(DecodeMode::Tree, 3, 30, 0.01);
   RandomChooser chooser = unused_chooser();
-  t.batch = 1;
-  const DraftTree light = expand(s, 0, t, Calibration{}, chooser);
-  t.batch = 64;
-  const DraftTree heavy = expand(s, 0, t, Calibration{}, chooser);
+  const DraftTree light = expand(s, 0, t, Calibration{}, chooser, memory_bound);
+  const DraftTree heavy = expand(s, 0, t, Calibration{}, chooser, compute_bound);
   EXPECT_GT(light.size(), heavy.size());
   for (int i = 0; i < heavy.size(); ++i) EXPECT_LE(heavy.children(i).size(), 1u) << "heavy load should give a chain";
 }
@@ -280,28 +275,23 @@ TEST(Expand, CostModelShrinksTheTreeTowardTheChain) {
 // order (theta 0, same caps) with the best expected tokens per ms of round_cost_ms, on a staircase curve where the
 // marginal rule alone stops a node before a step that the nodes after it pay for.
 TEST(Expand, GreedyTreeIsTheBestPrefixOfTheRoundAcrossCostSteps) {
-  CostModel cost;
-  cost.batches = {1};
-  cost.tokens = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24};
-  cost.ms = {10, 10, 10, 10.1, 13, 13, 13, 13.1, 16, 16.2, 19, 25};
+  const std::vector<int> k = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24};
+  const std::vector<double> ms = {10, 10, 10, 10.1, 13, 13, 13, 13.1, 16, 16.2, 19, 25};
   for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
     const SyntheticDrafter d = SyntheticDrafter::random(16, 6, 2, 12 + seed, 3);
     const DraftSource s = d.source();
     for (double node_ms : {0.0, 0.3}) {
-      TreeParams unpriced = params(TreeMode::Tree, 3, 20, 0);
+      TreeParams unpriced = params(DecodeMode::Tree, 3, 20, 0);
       RandomChooser chooser = unused_chooser();
       const DraftTree order = expand(s, 0, unpriced, Calibration{1.0, 1.0}, chooser);
       int best_size = 1;
       double expected = 1, best_rate = 0;
       for (int size = 1; size <= order.size(); ++size) {
         if (size > 1) expected += order.survival[size - 1];
-        const double rate = expected / round_cost_ms(cost, 1, size, -1, node_ms);
+        const double rate = expected / testing::table_round_cost(k, ms, node_ms)(size);
         if (rate > best_rate) best_rate = rate, best_size = size;
       }
-      TreeParams priced = unpriced;
-      priced.cost_model = &cost;
-      priced.node_ms = node_ms;
-      const DraftTree tree = expand(s, 0, priced, Calibration{1.0, 1.0}, chooser);
+      const DraftTree tree = expand(s, 0, unpriced, Calibration{1.0, 1.0}, chooser, testing::table_round_cost(k, ms, node_ms));
       ASSERT_EQ(tree.size(), best_size) << "seed " << seed << " node_ms " << node_ms;
       for (int i = 0; i < tree.size(); ++i) {
         EXPECT_EQ(tree.token[i], order.token[i]);
@@ -349,13 +339,13 @@ TEST(Expand, RejectsBadParameters) {
   const SyntheticDrafter d = SyntheticDrafter::random(4, 2, 1, 1);
   const DraftSource s = d.source();
   RandomChooser chooser = unused_chooser();
-  EXPECT_THROW(expand(s, 0, params(TreeMode::Tree, 2, 4, -0.1), Calibration{}, chooser), Error);
-  EXPECT_THROW(expand(s, 0, params(TreeMode::Tree, -1, 4, 0), Calibration{}, chooser), Error);
-  EXPECT_THROW(expand(s, 4, params(TreeMode::Tree, 2, 4, 0), Calibration{}, chooser), Error);
-  EXPECT_THROW(expand(s, 0, params(TreeMode::Tree, 2, 4, 0), Calibration{-1, 0}, chooser), Error);
+  EXPECT_THROW(expand(s, 0, params(DecodeMode::Tree, 2, 4, -0.1), Calibration{}, chooser), Error);
+  EXPECT_THROW(expand(s, 0, params(DecodeMode::Tree, -1, 4, 0), Calibration{}, chooser), Error);
+  EXPECT_THROW(expand(s, 4, params(DecodeMode::Tree, 2, 4, 0), Calibration{}, chooser), Error);
+  EXPECT_THROW(expand(s, 0, params(DecodeMode::Tree, 2, 4, 0), Calibration{-1, 0}, chooser), Error);
   DraftSource missing = s;
   missing.base_logits = nullptr;
-  EXPECT_THROW(expand(missing, 0, params(TreeMode::Marginal, 2, 4, 0), Calibration{}, chooser), Error);
+  EXPECT_THROW(expand(missing, 0, params(DecodeMode::Marginal, 2, 4, 0), Calibration{}, chooser), Error);
 }
 
 // Expansion's own work (heap, softmax, selection), with a drafter whose logits cost one vocab-sized copy: the
@@ -376,7 +366,7 @@ TEST(Expand, CostOnALargeVocabulary) {
   };
   s.base_logits = [&](int depth, float* out) { std::copy_n(&base[static_cast<size_t>(depth - 1) * vocab], vocab, out); };
   for (float temperature : {0.0f, 1.0f}) {
-    TreeParams t = params(TreeMode::Tree, 4, 32, 0);
+    TreeParams t = params(DecodeMode::Tree, 4, 32, 0);
     t.temperature = temperature;
     RandomChooser chooser(1);
     const int reps = 20;
@@ -393,4 +383,4 @@ TEST(Expand, CostOnALargeVocabulary) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

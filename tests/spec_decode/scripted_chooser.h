@@ -10,7 +10,7 @@
 
 #include "sampling/chooser.h"
 
-namespace ts::spec::testing {
+namespace ts::spec_decode::testing {
 
 class ScriptedChooser : public Chooser {
  public:
@@ -64,4 +64,4 @@ class ScriptedChooser : public Chooser {
   double probability_ = 1;
 };
 
-}  // namespace ts::spec::testing
+}  // namespace ts::spec_decode::testing

@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "sampling/distribution.h"
-#include "spec/draft_source.h"
-#include "spec/draft_tree.h"
+#include "spec_decode/draft_source.h"
+#include "spec_decode/draft_tree.h"
+#include "spec_decode/expand.h"
 
-namespace ts::spec::testing {
+namespace ts::spec_decode::testing {
 
 inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -164,4 +165,16 @@ std::vector<float> tree_target_logits(const Target& target, const std::vector<in
   return rows;
 }
 
-}  // namespace ts::spec::testing
+// A round's price from a table of (k, ms) at one batch: piecewise linear in k, extrapolated with the first and last
+// segments, plus node_ms per node; the engine's CostModel prices rounds the same way (engine/cost_model.h), but the
+// method's tests do not depend on the engine.
+inline RoundCost table_round_cost(std::vector<int> tokens, std::vector<double> ms, double node_ms = 0) {
+  return [tokens = std::move(tokens), ms = std::move(ms), node_ms](int k) {
+    size_t j = 1;
+    while (j + 1 < tokens.size() && tokens[j] < k) ++j;
+    const double slope = (ms[j] - ms[j - 1]) / double(tokens[j] - tokens[j - 1]);
+    return ms[j - 1] + slope * double(k - tokens[j - 1]) + node_ms * double(k - 1);
+  };
+}
+
+}  // namespace ts::spec_decode::testing

@@ -11,12 +11,13 @@
 
 #include "core/error.h"
 #include "sampling/penalties.h"
-#include "spec/expand.h"
-#include "spec/scripted_chooser.h"
-#include "spec/synthetic_pair.h"
-#include "spec/verify.h"
+#include "spec_decode/expand.h"
+#include "spec_decode/expand_testing.h"
+#include "spec_decode/scripted_chooser.h"
+#include "spec_decode/synthetic_pair.h"
+#include "spec_decode/verify.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 using testing::PenalizedTarget;
@@ -29,6 +30,8 @@ struct ExactCase {
   float draft_temperature;    // usually target.temperature; any value is lossless
   TreeParams tree;
   Calibration calibration;
+  RoundCost round_cost;                   // set: the round is priced (load-adaptive expansion)
+  std::function<bool(double)> keep_draw;  // set: the lossy negative control (expand_testing.h)
 };
 
 struct Distributions {
@@ -55,7 +58,10 @@ Distributions enumerate_round(const Target& target, const DraftSource& source, c
   d.pair.assign(vocab * vocab, 0);
   ScriptedChooser chooser;
   do {
-    const DraftTree tree = expand(source, context.back(), tree_params, c.calibration, chooser);
+    const DraftTree tree = c.keep_draw ? expand_peeking_at_draws(source, context.back(), tree_params, c.calibration,
+                                                                  chooser, c.keep_draw)
+                                       : expand(source, context.back(), tree_params, c.calibration, chooser,
+                                                c.round_cost);
     const std::vector<float> rows = rows_of ? rows_of(tree) : testing::tree_target_logits(target, context, tree);
     const VerifyResult r = verify(tree, rows.data(), c.target, source, chooser);
     const double w = chooser.probability();
@@ -112,7 +118,7 @@ std::string describe(const ExactCase& c) {
              " b=", c.calibration.b);
 }
 
-TreeParams shape(TreeMode mode, int branch_cap, int node_cap, double theta, int draft_len = 3) {
+TreeParams shape(DecodeMode mode, int branch_cap, int node_cap, double theta, int draft_len = 3) {
   TreeParams t;
   t.mode = mode;
   t.branch_cap = branch_cap;
@@ -151,9 +157,9 @@ double expect_exact(const ExactCase& c, int vocab, uint64_t seed) {
 TEST(VerifyExact, TreesAcrossTemperaturesProcessorsAndShapes) {
   const SamplingParams targets[] = {sampling(0.5f), sampling(1.0f), sampling(1.5f), sampling(1.0f, 3),
                                     sampling(1.0f, 0, 0.8f), sampling(0.5f, 0, 1, 0.2f), sampling(1.5f, 4, 0.9f, 0.05f)};
-  const TreeParams shapes[] = {shape(TreeMode::Tree, 1, 1, 0),   shape(TreeMode::Tree, 2, 3, 0),
-                               shape(TreeMode::Tree, 3, 4, 0),   shape(TreeMode::Tree, 3, 6, 0.02),
-                               shape(TreeMode::Tree, 2, 5, 0.2), shape(TreeMode::Tree, 3, 6, 0.35)};
+  const TreeParams shapes[] = {shape(DecodeMode::Tree, 1, 1, 0),   shape(DecodeMode::Tree, 2, 3, 0),
+                               shape(DecodeMode::Tree, 3, 4, 0),   shape(DecodeMode::Tree, 3, 6, 0.02),
+                               shape(DecodeMode::Tree, 2, 5, 0.2), shape(DecodeMode::Tree, 3, 6, 0.35)};
   for (const SamplingParams& target : targets) {
     for (const TreeParams& tree : shapes) {
       const ExactCase c{target, target.temperature, tree, Calibration{1.3, 0.4}};
@@ -164,8 +170,8 @@ TEST(VerifyExact, TreesAcrossTemperaturesProcessorsAndShapes) {
 
 TEST(VerifyExact, EveryModeAndCalibration) {
   const SamplingParams target = sampling(1.0f, 0, 0.9f);
-  const TreeParams shapes[] = {shape(TreeMode::Chain, 1, 0, 0, 3), shape(TreeMode::Marginal, 2, 4, 0),
-                               shape(TreeMode::LogQ, 2, 4, 0.05), shape(TreeMode::Tree, 2, 4, 0.1)};
+  const TreeParams shapes[] = {shape(DecodeMode::Chain, 1, 0, 0, 3), shape(DecodeMode::Marginal, 2, 4, 0),
+                               shape(DecodeMode::LogQ, 2, 4, 0.05), shape(DecodeMode::Tree, 2, 4, 0.1)};
   Calibration ranked{1.2, 0.5};  // later siblings priced lower, as a fit on sampled trees gives
   ranked.rank_offset[1] = -1.5;
   ranked.rank_offset[2] = -2.5;
@@ -183,14 +189,13 @@ TEST(VerifyExact, EveryModeAndCalibration) {
 // The load-adaptive threshold depends on the survivals of draws already made (never on the draw it admits):
 // still exact.
 TEST(VerifyExact, LoadAdaptiveThetaStaysExact) {
-  CostModel cost;
-  cost.batches = {1};
-  cost.tokens = {1, 2, 3, 4, 8};
-  cost.ms = {1.0, 1.05, 1.15, 1.3, 2.5};  // the threshold rises with the tree and with its expected tokens
+  // The threshold rises with the tree and with its expected tokens.
+  const RoundCost cost = testing::table_round_cost({1, 2, 3, 4, 8}, {1.0, 1.05, 1.15, 1.3, 2.5});
   for (float t : {0.5f, 1.0f}) {
-    TreeParams tree = shape(TreeMode::Tree, 3, 6, 0);
-    tree.cost_model = &cost;
-    const double nodes = expect_exact(ExactCase{sampling(t, 0, 0.95f), t, tree, Calibration{1.5, 0.5}}, 5, 13);
+    const TreeParams tree = shape(DecodeMode::Tree, 3, 6, 0);
+    ExactCase c{sampling(t, 0, 0.95f), t, tree, Calibration{1.5, 0.5}};
+    c.round_cost = cost;
+    const double nodes = expect_exact(c, 5, 13);
     EXPECT_GT(nodes, 1.5);
     EXPECT_LT(nodes, 5.5) << "the adaptive threshold rarely stopped a tree";
     std::printf("load-adaptive theta, T=%.1f: %.2f nodes expected\n", t, nodes);
@@ -200,15 +205,14 @@ TEST(VerifyExact, LoadAdaptiveThetaStaysExact) {
 // The round-level rule looks past a step of the cost curve (and prices per-node work); greedy drafts are then cut to
 // their best prefix. Both read only bounds known before each draw: exact at every draft temperature.
 TEST(VerifyExact, RoundLevelTreeChoiceAcrossACostStepStaysExact) {
-  CostModel cost;
-  cost.batches = {1};
-  cost.tokens = {1, 2, 3, 4, 5, 6, 8};
-  cost.ms = {1.0, 1.0, 1.0, 1.6, 1.6, 1.62, 1.65};  // a staircase: the 3rd node costs a step, the next ones little
+  // A staircase: the 3rd node costs a step, the next ones little; 0.01 ms of work per node on top.
+  const RoundCost cost =
+      testing::table_round_cost({1, 2, 3, 4, 5, 6, 8}, {1.0, 1.0, 1.0, 1.6, 1.6, 1.62, 1.65}, 0.01);
   for (float draft_t : {0.0f, 0.5f, 1.0f}) {
-    TreeParams tree = shape(TreeMode::Tree, 3, 6, 0);
-    tree.cost_model = &cost;
-    tree.node_ms = 0.01;
-    const double nodes = expect_exact(ExactCase{sampling(1.0f, 0, 0.95f), draft_t, tree, Calibration{1.5, 0.5}}, 5, 17);
+    const TreeParams tree = shape(DecodeMode::Tree, 3, 6, 0);
+    ExactCase c{sampling(1.0f, 0, 0.95f), draft_t, tree, Calibration{1.5, 0.5}};
+    c.round_cost = cost;
+    const double nodes = expect_exact(c, 5, 17);
     EXPECT_GT(nodes, 1.0) << "draft T " << draft_t;
     std::printf("round-level choice, draft T=%.1f: %.2f nodes expected\n", draft_t, nodes);
   }
@@ -216,7 +220,7 @@ TEST(VerifyExact, RoundLevelTreeChoiceAcrossACostStepStaysExact) {
 
 // The drafter's q may differ from p in any way (temperature, a greedy top-q draft): still exact.
 TEST(VerifyExact, DraftTemperatureDiffersFromTarget) {
-  const TreeParams tree = shape(TreeMode::Tree, 2, 4, 0);
+  const TreeParams tree = shape(DecodeMode::Tree, 2, 4, 0);
   for (float draft_t : {0.0f, 0.3f, 2.0f}) {
     expect_exact(ExactCase{sampling(1.0f), draft_t, tree, Calibration{}}, 6, 5);
     expect_exact(ExactCase{sampling(0.7f, 3, 0.95f), draft_t, tree, Calibration{}}, 6, 6);
@@ -230,8 +234,8 @@ TEST(VerifyExact, DraftFilterStaysExact) {
   const SamplingParams targets[] = {sampling(1.0f), sampling(0.7f, 3, 0.9f), sampling(1.2f, 0, 0.8f, 0.05f)};
   for (const DraftFilter& f : filters) {
     for (const SamplingParams& target : targets) {
-      for (TreeParams tree : {shape(TreeMode::Tree, 3, 5, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
-                              shape(TreeMode::Marginal, 2, 4, 0)}) {
+      for (TreeParams tree : {shape(DecodeMode::Tree, 3, 5, 0), shape(DecodeMode::Chain, 1, 0, 0, 3),
+                              shape(DecodeMode::Marginal, 2, 4, 0)}) {
         tree.filter = f;
         expect_exact(ExactCase{target, target.temperature, tree, Calibration{1.2, 0.3}}, 6, 17);
       }
@@ -242,8 +246,8 @@ TEST(VerifyExact, DraftFilterStaysExact) {
 // Several random pairs and tiny vocabularies, including the full 8.
 TEST(VerifyExact, RandomPairsAndVocabularies) {
   for (uint64_t seed = 20; seed < 24; ++seed) {
-    expect_exact(ExactCase{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 2, 3, 0), Calibration{}}, 8, seed);
-    expect_exact(ExactCase{sampling(1.5f, 0, 0.7f), 1.5f, shape(TreeMode::Tree, 3, 4, 0.01), Calibration{}}, 4,
+    expect_exact(ExactCase{sampling(1.0f), 1.0f, shape(DecodeMode::Tree, 2, 3, 0), Calibration{}}, 8, seed);
+    expect_exact(ExactCase{sampling(1.5f, 0, 0.7f), 1.5f, shape(DecodeMode::Tree, 3, 4, 0.01), Calibration{}}, 4,
                  seed);
   }
 }
@@ -256,7 +260,7 @@ TEST(VerifyExact, TargetEqualToDrafterHitsNoNan) {
   const DraftSource source = drafter.source();
   const std::vector<int32_t> context = {2};
   ScriptedChooser chooser;
-  TreeParams tree_params = shape(TreeMode::Tree, 2, 3, 0);
+  TreeParams tree_params = shape(DecodeMode::Tree, 2, 3, 0);
   tree_params.temperature = 1;
   std::vector<double> first(vocab, 0);
   do {
@@ -339,8 +343,8 @@ TEST(VerifyExact, LogitBiasAndMinTokensMaskAtDepthStayExact) {
     const DraftSource source = target.edited(drafter.source());
     for (const SamplingParams& p : targets) {
       for (float draft_t : {p.temperature, 0.0f}) {
-        for (const TreeParams& tree : {shape(TreeMode::Tree, 3, 6, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
-                                       shape(TreeMode::Marginal, 2, 4, 0)}) {
+        for (const TreeParams& tree : {shape(DecodeMode::Tree, 3, 6, 0), shape(DecodeMode::Chain, 1, 0, 0, 3),
+                                       shape(DecodeMode::Marginal, 2, 4, 0)}) {
           const ExactCase c{p, draft_t, tree, Calibration{1.2, 0.3}};
           const Distributions got = enumerate_round(target, source, context, c);
           const Distributions want = exact_target(target, context, p);
@@ -409,8 +413,8 @@ TEST(VerifyExact, PathDependentPenaltiesStayExact) {
                                  pp.repetition);
     for (const SamplingParams& p : targets) {
       for (float draft_t : {p.temperature > 0 ? p.temperature : 1.0f, 0.0f}) {
-        for (const TreeParams& tree : {shape(TreeMode::Tree, 3, 6, 0), shape(TreeMode::Chain, 1, 0, 0, 3),
-                                       shape(TreeMode::Marginal, 2, 4, 0)}) {
+        for (const TreeParams& tree : {shape(DecodeMode::Tree, 3, 6, 0), shape(DecodeMode::Chain, 1, 0, 0, 3),
+                                       shape(DecodeMode::Marginal, 2, 4, 0)}) {
           const ExactCase c{p, draft_t, tree, Calibration{1.2, 0.3}};
           const Distributions got = enumerate_round(target, source, context, c, rows_with_paths);
           const Distributions want = exact_target(target, context, p);
@@ -422,7 +426,7 @@ TEST(VerifyExact, PathDependentPenaltiesStayExact) {
       }
     }
     // The negative control: the same rounds with every row penalized as the root is (the path ignored).
-    const ExactCase c{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 3, 6, 0), Calibration{1.2, 0.3}};
+    const ExactCase c{sampling(1.0f), 1.0f, shape(DecodeMode::Tree, 3, 6, 0), Calibration{1.2, 0.3}};
     const Distributions blind = enumerate_round(target, source, context, c, rows_ignoring_paths);
     const Distributions want = exact_target(target, context, c.target);
     EXPECT_GT(max_abs_diff(blind.pair, want.pair), 1e-3) << what << ": rows that ignore the path went undetected";
@@ -437,9 +441,9 @@ TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
   target.salt = 3;
   const SyntheticDrafter drafter = SyntheticDrafter::random(5, 3, 2, 3 * 31 + 7);
   const std::vector<int32_t> context = {3, 1, 0};
-  ExactCase c{sampling(1.0f), 1.0f, shape(TreeMode::Tree, 2, 4, 0), Calibration{}};
+  ExactCase c{sampling(1.0f), 1.0f, shape(DecodeMode::Tree, 2, 4, 0), Calibration{}};
   const Distributions honest = enumerate_round(target, drafter.source(), context, c);
-  c.tree.peek_admission_for_negative_test = [](double drawn_q) { return drawn_q > 0.25; };
+  c.keep_draw = [](double drawn_q) { return drawn_q > 0.25; };
   const Distributions peeking = enumerate_round(target, drafter.source(), context, c);
   const Distributions want = exact_target(target, context, c.target);
   EXPECT_LT(total_variation(honest.first, want.first), 1e-9);
@@ -449,4 +453,4 @@ TEST(VerifyExact, PeekingAdmissionFailsTheExactTest) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

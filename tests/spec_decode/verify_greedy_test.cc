@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "spec/expand.h"
-#include "spec/synthetic_pair.h"
-#include "spec/verify.h"
+#include "spec_decode/expand.h"
+#include "spec_decode/synthetic_pair.h"
+#include "spec_decode/verify.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 using testing::SyntheticDrafter;
@@ -51,7 +51,7 @@ TEST(VerifyGreedy, EveryModeThetaAndCapMatchesPlainGreedyDecoding) {
     const SyntheticDrafter drafter = SyntheticDrafter::random(12, 4, 3, seed + 100);
     const std::vector<int32_t> prompt = {static_cast<int32_t>(seed), 4, 7};
     const std::vector<int32_t> want = target.greedy_continuation(prompt, n);
-    for (TreeMode mode : {TreeMode::Tree, TreeMode::Chain, TreeMode::Marginal, TreeMode::LogQ}) {
+    for (DecodeMode mode : {DecodeMode::Tree, DecodeMode::Chain, DecodeMode::Marginal, DecodeMode::LogQ}) {
       for (double theta : {0.0, 0.05, 0.3, 0.9}) {
         for (auto [branch, nodes] : {std::pair{1, 1}, {2, 4}, {3, 8}, {4, 16}}) {
           for (float draft_temperature : {0.0f, 1.0f}) {  // a sampled tree verified greedily is fine too
@@ -166,4 +166,4 @@ TEST(VerifyGreedy, RejectsMismatchedInput) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "spec/scripted_chooser.h"
-#include "spec/verify.h"
+#include "spec_decode/scripted_chooser.h"
+#include "spec_decode/verify.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 using testing::ScriptedChooser;
@@ -113,4 +113,4 @@ TEST(VerifyRule, DeterministicDraftsUsePointMasses) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

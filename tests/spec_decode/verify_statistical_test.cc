@@ -9,17 +9,18 @@
 //   P(TV >= E[TV] + t) <= exp(-2 N t^2);  t = sqrt(ln(1/delta) / (2 N)) with delta = 1e-6.
 // A correct sampler therefore passes TV <= B_mean + t except with probability 1e-6. With N = 25,000 and K = 64 the
 // bound is ~0.03. The bound has power: the same samples are far (TV > bound) from the target at 1.25x the
-// temperature without processors, and the peeking admission rule (expand.h's negative-control hook) is caught.
+// temperature without processors, and the peeking admission rule (expand_testing.h) is caught.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
-#include "spec/expand.h"
-#include "spec/synthetic_pair.h"
-#include "spec/verify.h"
+#include "spec_decode/expand.h"
+#include "spec_decode/expand_testing.h"
+#include "spec_decode/synthetic_pair.h"
+#include "spec_decode/verify.h"
 
-namespace ts::spec {
+namespace ts::spec_decode {
 namespace {
 
 using testing::SyntheticDrafter;
@@ -49,7 +50,8 @@ std::vector<double> exact_three_tokens(const SyntheticTarget& target, const std:
 // Empirical distribution of the first 3 tokens over n samples of multi-round speculative decoding.
 std::vector<double> sample_three_tokens(const SyntheticTarget& target, const std::vector<int32_t>& prompt,
                                         const SamplingParams& params, const TreeParams& tree_params, int n,
-                                        uint64_t seed, double* mean_accepted) {
+                                        uint64_t seed, double* mean_accepted,
+                                        const std::function<bool(double)>& keep_draw = nullptr) {
   SyntheticDrafter drafter = SyntheticDrafter::random(kVocab, 3, 2, seed + 1);
   RandomChooser chooser(seed);
   std::vector<double> counts(kOutcomes, 0);
@@ -59,7 +61,10 @@ std::vector<double> sample_three_tokens(const SyntheticTarget& target, const std
     while (context.size() < prompt.size() + 3) {
       drafter.inform(target, context, 1.0f, 1.5f);
       const DraftSource source = drafter.source();
-      const DraftTree tree = expand(source, context.back(), tree_params, Calibration{1.2, 0.1}, chooser);
+      const DraftTree tree =
+          keep_draw ? expand_peeking_at_draws(source, context.back(), tree_params, Calibration{1.2, 0.1}, chooser,
+                                              keep_draw)
+                    : expand(source, context.back(), tree_params, Calibration{1.2, 0.1}, chooser);
       const std::vector<float> rows = testing::tree_target_logits(target, context, tree);
       const VerifyResult r = verify(tree, rows.data(), params, source, chooser);
       context.insert(context.end(), r.emitted.begin(), r.emitted.end());
@@ -134,7 +139,7 @@ TEST(VerifyStatistical, TreeWithProcessorsAndAnotherDraftTemperature) {
   check(params, tree, 4, "tree T=0.8 top-k/p, min-p, draft T=1.3");
 }
 
-// Negative control: the peeking admission rule (expand.h) must be caught by this statistical test as well.
+// Negative control: the peeking admission rule (expand_testing.h) must be caught by this statistical test as well.
 TEST(VerifyStatistical, PeekingAdmissionIsDetected) {
   SyntheticTarget target;
   target.vocab = kVocab;
@@ -148,10 +153,10 @@ TEST(VerifyStatistical, PeekingAdmissionIsDetected) {
   tree.node_cap = 4;
   tree.theta = 0;
   tree.temperature = 1.0f;
-  tree.peek_admission_for_negative_test = [](double drawn_q) { return drawn_q > 0.3; };
+  const auto peeking = [](double drawn_q) { return drawn_q > 0.3; };
   const int n = 25000;
   double mean_accepted = 0;
-  const std::vector<double> got = sample_three_tokens(target, prompt, params, tree, n, 3, &mean_accepted);
+  const std::vector<double> got = sample_three_tokens(target, prompt, params, tree, n, 3, &mean_accepted, peeking);
   const std::vector<double> want = exact_three_tokens(target, prompt, params);
   const double tv = total_variation(got, want);
   std::printf("peeking admission: TV=%.4f bound=%.4f\n", tv, tv_bound(want, n));
@@ -159,4 +164,4 @@ TEST(VerifyStatistical, PeekingAdmissionIsDetected) {
 }
 
 }  // namespace
-}  // namespace ts::spec
+}  // namespace ts::spec_decode

@@ -13,7 +13,7 @@
 #include "decode_flags.h"
 #include "engine/model_bundle.h"
 #include "prompt_file.h"
-#include "spec/calibration_file.h"
+#include "spec_decode/calibration_file.h"
 
 namespace ts::cli {
 
@@ -47,7 +47,7 @@ int cmd_calibrate(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (out.empty()) out = drafter_dir + "/" + spec::kCalibrationFileName;
+  if (out.empty()) out = drafter_dir + "/" + spec_decode::kCalibrationFileName;
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize);
   flags.apply_threads(bundle.target->weight_bytes());
   bundle.set_kv_dtype(flags.kv_dtype);
@@ -66,9 +66,9 @@ int cmd_calibrate(int argc, char** argv) {
   // Labels are collected under the uncalibrated priority (a = 1, b = 0), so the fit does not depend on an
   // earlier fit; the tree (theta 0, node cap) offers siblings at every depth, the chain first children deep down
   // (a theta-0 tree spends its nodes on the shallow siblings of likely paths: few of its edges are past depth 3).
-  Generator gen(*bundle.target, bundle.drafter.get(), spec::Calibration{});
+  Generator gen(*bundle.target, bundle.drafter.get(), spec_decode::Calibration{});
   auto collect = [&](const PromptSet& prompt_set, uint64_t seed0) {
-    std::vector<spec::EdgeRecord> out_edges;
+    std::vector<spec_decode::EdgeRecord> out_edges;
     for (size_t i = 0; i < prompt_set.prompt_ids.size(); ++i) {
       for (GenerateOptions* o : {&opt, &chain_opt}) {
         if (o == &chain_opt && chain_len == 0) continue;
@@ -79,35 +79,35 @@ int cmd_calibrate(int argc, char** argv) {
     }
     return out_edges;
   };
-  std::vector<spec::EdgeRecord> edges = collect(set, flags.seed);
+  std::vector<spec_decode::EdgeRecord> edges = collect(set, flags.seed);
   TS_CHECK(!edges.empty(), "no verification edges were collected");
-  spec::CalibrationEntry entry =
-      spec::fit_calibration_entry(edges, flags.temperature, {flags.top_k, flags.top_p, flags.min_p});
-  spec::CalibrationTable table = spec::read_calibration_table(out);
-  std::optional<spec::Calibration> replaced;  // the entry this fit replaces, to compare on the held-out edges
-  if (const spec::CalibrationEntry* old = table.find(entry.temperature, entry.filter);
-      old && old->temperature == entry.temperature && spec::same_filter(old->filter, entry.filter))
+  spec_decode::CalibrationEntry entry =
+      spec_decode::fit_calibration_entry(edges, flags.temperature, {flags.top_k, flags.top_p, flags.min_p});
+  spec_decode::CalibrationTable table = spec_decode::read_calibration_table(out);
+  std::optional<spec_decode::Calibration> replaced;  // the entry this fit replaces, to compare on the held-out edges
+  if (const spec_decode::CalibrationEntry* old = table.find(entry.temperature, entry.filter);
+      old && old->temperature == entry.temperature && spec_decode::same_filter(old->filter, entry.filter))
     replaced = old->calibration();
   // The same fit without depth offsets (every edge at depth 1): what the depth offsets add.
-  std::vector<spec::EdgeRecord> no_depth = edges;
-  for (spec::EdgeRecord& e : no_depth) e.depth = 1;
-  const spec::Calibration rank_only = spec::fit_calibration(no_depth);
-  const spec::Calibration fitted = entry.calibration();
-  std::vector<spec::EdgeRecord> held;
+  std::vector<spec_decode::EdgeRecord> no_depth = edges;
+  for (spec_decode::EdgeRecord& e : no_depth) e.depth = 1;
+  const spec_decode::Calibration rank_only = spec_decode::fit_calibration(no_depth);
+  const spec_decode::Calibration fitted = entry.calibration();
+  std::vector<spec_decode::EdgeRecord> held;
   for (const std::string& file : holdout) {
-    std::vector<spec::EdgeRecord> e = collect(load_prompt_set(file, bundle), flags.seed + 100000);
+    std::vector<spec_decode::EdgeRecord> e = collect(load_prompt_set(file, bundle), flags.seed + 100000);
     held.insert(held.end(), e.begin(), e.end());
   }
   TS_CHECK(holdout.empty() || !held.empty(), "no verification edges were collected on the held-out prompts");
-  if (!held.empty()) spec::measure_held_out(held, &entry);
+  if (!held.empty()) spec_decode::measure_held_out(held, &entry);
   table.upsert(entry);
-  spec::write_calibration_table(out, table);
+  spec_decode::write_calibration_table(out, table);
   if (!dump_edges.empty()) {
     std::FILE* f = std::fopen(dump_edges.c_str(), "w");
     TS_CHECK(f, "cannot open ", dump_edges, " for writing");
     std::fprintf(f, "set,depth,rank,logit_q,accepted\n");
     for (int set = 0; set < 2; ++set)
-      for (const spec::EdgeRecord& e : set == 0 ? edges : held)
+      for (const spec_decode::EdgeRecord& e : set == 0 ? edges : held)
         std::fprintf(f, "%d,%d,%d,%.9g,%d\n", set, e.depth, e.sibling_rank, e.logit_q, e.accepted);
     TS_CHECK(std::fclose(f) == 0, "failed writing ", dump_edges);
   }
@@ -120,10 +120,10 @@ int cmd_calibrate(int argc, char** argv) {
               fitted.rank_offset[1], fitted.rank_offset[2], fitted.rank_offset[3], fitted.depth_offset[1],
               fitted.depth_offset[2], fitted.depth_offset[3]);
   // Reliability by depth and sibling rank: what the fit expresses (additive rank and depth terms) and what not.
-  auto cells_table = [&](const std::vector<spec::EdgeRecord>& on) {
+  auto cells_table = [&](const std::vector<spec_decode::EdgeRecord>& on) {
     std::map<std::pair<int, int>, std::array<double, 3>> cells;  // (depth, rank bucket) -> {n, labels, p_hat}
-    for (const spec::EdgeRecord& e : on) {
-      auto& c = cells[{e.depth, spec::rank_bucket(e.sibling_rank)}];
+    for (const spec_decode::EdgeRecord& e : on) {
+      auto& c = cells[{e.depth, spec_decode::rank_bucket(e.sibling_rank)}];
       c[0] += 1, c[1] += e.accepted, c[2] += fitted.p_hat_of_logit(e.logit_q, e.sibling_rank, e.depth);
     }
     std::printf("depth rank  edges  accepted  mean p_hat\n");
@@ -132,20 +132,20 @@ int cmd_calibrate(int argc, char** argv) {
   };
   cells_table(edges);
   // ECE per depth bucket (depth 1, 2, 3, >= 4) of each calibration on one edge set.
-  auto by_depth = [&](const std::vector<spec::EdgeRecord>& on) {
+  auto by_depth = [&](const std::vector<spec_decode::EdgeRecord>& on) {
     std::printf("%-34s", "edges");
-    const spec::DepthEce counts = spec::expected_calibration_error_by_depth(on, spec::Calibration{});
-    for (int k = 0; k < spec::kDepthBuckets; ++k) std::printf(" %8lld", (long long)counts.edges[k]);
+    const spec_decode::DepthEce counts = spec_decode::expected_calibration_error_by_depth(on, spec_decode::Calibration{});
+    for (int k = 0; k < spec_decode::kDepthBuckets; ++k) std::printf(" %8lld", (long long)counts.edges[k]);
     std::printf("\n");
-    std::vector<std::pair<const char*, spec::Calibration>> rows = {
-        {"p_hat = q", spec::Calibration{}}, {"fit without depth offsets", rank_only}};
+    std::vector<std::pair<const char*, spec_decode::Calibration>> rows = {
+        {"p_hat = q", spec_decode::Calibration{}}, {"fit without depth offsets", rank_only}};
     if (replaced) rows.push_back({"the entry replaced", *replaced});
     rows.push_back({"this fit", fitted});
     for (const auto& [name, c] : rows) {
-      const spec::DepthEce d = spec::expected_calibration_error_by_depth(on, c);
+      const spec_decode::DepthEce d = spec_decode::expected_calibration_error_by_depth(on, c);
       std::printf("%-34s", name);
-      for (int k = 0; k < spec::kDepthBuckets; ++k) std::printf(" %8.4f", d.ece[k]);
-      std::printf("   (all: %.4f)\n", spec::expected_calibration_error(on, c));
+      for (int k = 0; k < spec_decode::kDepthBuckets; ++k) std::printf(" %8.4f", d.ece[k]);
+      std::printf("   (all: %.4f)\n", spec_decode::expected_calibration_error(on, c));
     }
   };
   std::printf("ECE by depth, fitting edges          depth 1  depth 2  depth 3  depth>=4\n");

@@ -168,7 +168,7 @@ int cmd_generate(int argc, char** argv) {
   // 6 model 207: 200 tok/s against 420-434 adaptive and 165 for the target alone; bench spec: 0.90x the target
   // alone). The curve is measured once per machine, model and thread count (1.7 s there) and cached.
   const bool adaptive = flags.mode == "tree" && !fixed_theta && (flags.adaptive || flags.theta < 0);
-  spec::CostModel cost;
+  CostModel cost;
   if (adaptive) {
     TS_CHECK(bundle.drafter, "--adaptive-theta needs --drafter");
     CostCacheOptions co;
@@ -178,9 +178,7 @@ int cmd_generate(int argc, char** argv) {
     if (flags.load_batch > 1) co.batches.push_back(flags.load_batch);
     const CostCacheResult measured = cached_cost_model(*bundle.target, bundle.drafter.get(), co);
     std::fprintf(stderr, "treespark: %s\n", measured.log.c_str());
-    cost = measured.cost;
-    opt.tree.cost_model = &cost;
-    opt.tree.batch = flags.load_batch;
+    opt.fixed_pricing = RequestOptions::FixedPricing{measured.cost, flags.load_batch, 0};
   }
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
   Generator generator(*bundle.target, bundle.drafter.get(),
@@ -213,7 +211,7 @@ int cmd_generate(int argc, char** argv) {
       j["ids"] = r.ids;
       j["prompt_tokens"] = ids.size();
       j["mode"] = flags.mode;
-      if (opt.mode == DecodeMode::Tree)
+      if (is_tree(opt.mode))
         j["theta"] = adaptive ? nlohmann::json("adaptive") : nlohmann::json(opt.tree.theta);
       j["priority"] = flags.priority;
       if (!fallback.empty()) j["fallback"] = fallback;

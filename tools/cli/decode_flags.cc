@@ -96,11 +96,8 @@ GenerateOptions DecodeFlags::options(int block_size) const {
   o.sampling.seed = seed;
   o.max_new_tokens = max_tokens;
   o.max_context = max_context;
-  o.mode = mode == "none" ? DecodeMode::None : mode == "chain" ? DecodeMode::Chain : DecodeMode::Tree;
-  spec::TreeParams& t = o.tree;
-  t.mode = priority == "marginal" ? spec::TreeMode::Marginal
-           : priority == "logq"   ? spec::TreeMode::LogQ
-                                  : spec::TreeMode::Tree;
+  o.mode = mode == "none" ? DecodeMode::None : mode == "chain" ? DecodeMode::Chain : tree_mode(priority);
+  spec_decode::TreeShape& t = o.tree;
   t.theta = theta >= 0 ? theta : 0.05;
   t.node_cap = node_cap;
   t.branch_cap = branch_cap;
@@ -108,6 +105,10 @@ GenerateOptions DecodeFlags::options(int block_size) const {
   if (o.mode == DecodeMode::Chain) t.node_cap = t.draft_len;
   o.online_calibration = !fixed_calibration;
   return o;
+}
+
+DecodeMode tree_mode(const std::string& priority) {
+  return priority == "marginal" ? DecodeMode::Marginal : priority == "logq" ? DecodeMode::LogQ : DecodeMode::Tree;
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {

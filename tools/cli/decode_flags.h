@@ -54,6 +54,9 @@ struct DecodeFlags {
   std::vector<std::string> unsupported_;  // generation_config.json sampling keys not applied
 };
 
+// --priority calibrated | logq | marginal as the tree mode it selects.
+DecodeMode tree_mode(const std::string& priority);
+
 std::vector<int32_t> parse_ids(const std::string& text);
 
 // --kv-dtype auto|f32|bf16 (engine/model_bundle.h, parse_kv_dtype), for every command that loads a model.
