@@ -42,10 +42,12 @@ server::ServerOptions live_server_options(const EngineConfig& config) {
 }
 
 LiveServer::LiveServer(ModelBundle& bundle, const EngineConfig& config, const RequestOptions& defaults)
-    : backend(*bundle.target, bundle.drafter.get(), config, defaults), http(live_server_options(config)) {
+    : backend(*bundle.target, bundle.drafter.get(), config), http(live_server_options(config)) {
   port = http.bind();
   http.start();
-  http.set_ready(backend, server::describe_model(bundle, "bench", backend.max_context()));
+  server::ServedModel served = server::describe_model(bundle, "bench", backend.max_context());
+  served.request_defaults = defaults;
+  http.set_ready(backend, std::move(served));
 }
 
 LiveServer::~LiveServer() {
@@ -291,7 +293,7 @@ int bench_serve(int argc, char** argv) {
   configure_for_model(bundle.target->weight_bytes(), threads);
   const int block = bundle.drafter->block_size();
 
-  std::optional<spec::CostModel> cost;
+  std::optional<CostModel> cost;
   if (std::find(arms.begin(), arms.end(), "adaptive") != arms.end()) {
     if (!cost_path.empty()) {
       cost = read_cost_model(cost_path);

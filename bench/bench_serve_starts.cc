@@ -38,7 +38,7 @@ struct StartResult {
 };
 
 // One fresh server: prompts split over `clients` closed-loop clients, then its counters.
-StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const std::optional<spec::CostModel>& cost,
+StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const std::optional<CostModel>& cost,
                       const std::vector<PromptBody>& prompts, int clients, int max_batch, int max_tokens,
                       float temperature, uint64_t seed) {
   EngineConfig ec;
@@ -69,14 +69,9 @@ StartResult run_start(ModelBundle& bundle, const RequestOptions& defaults, const
     r.rounds += s.rounds;
   }
   r.tok_s = wall_s > 0 ? double(r.tokens) / wall_s : 0;
-  const server::BackendMetrics m = live.backend.metrics();
-  double decode_steps = 0, spec_steps = 0;
-  for (const auto& [name, v] : m.counters) {
-    if (name == "engine_decode_steps") decode_steps = v;
-    if (name == "spec_decode_steps") spec_steps = v;
-    if (name == "spec_decode_probe_steps") r.probes = long(v);
-  }
-  r.step_share = decode_steps > 0 ? spec_steps / decode_steps : 0;
+  const EngineMetrics m = live.backend.metrics();
+  r.probes = long(m.probe_steps);
+  r.step_share = m.decode_steps > 0 ? double(m.speculative_steps) / double(m.decode_steps) : 0;
   return r;
 }
 

@@ -112,24 +112,38 @@ void AsyncEngine::loop() {
     for (RequestId id : cancels) engine_.cancel(id);
     if (stopping) {  // cancel everything left; one more step sends the Cancelled events and frees the memory
       engine_.cancel_all();
-      engine_.step();
+      record_step(engine_.step());
       std::lock_guard<std::mutex> lock(mu_);
-      metrics_ = engine_.metrics();
+      publish_metrics();
       in_engine_ -= finished_in_step_;
       finished_in_step_ = 0;
       idle_cv_.notify_all();
       return;
     }
-    if (!engine_.idle()) engine_.step();
+    if (!engine_.idle()) record_step(engine_.step());
     {
       std::lock_guard<std::mutex> lock(mu_);
-      metrics_ = engine_.metrics();
+      publish_metrics();
       metrics_.num_requests_waiting += int(submitted_.size());
       in_engine_ -= finished_in_step_;
       finished_in_step_ = 0;
       if (in_engine_ == 0) idle_cv_.notify_all();
     }
   }
+}
+
+void AsyncEngine::record_step(StepReport report) {
+  if (report.batch > 0) {
+    ++decode_steps_;
+    mean_decode_batch_ += (report.batch - mean_decode_batch_) / double(decode_steps_);
+  }
+  last_step_ = std::move(report);
+}
+
+void AsyncEngine::publish_metrics() {
+  metrics_ = engine_.metrics();
+  metrics_.last_step = last_step_;
+  metrics_.mean_decode_batch = mean_decode_batch_;
 }
 
 }  // namespace ts

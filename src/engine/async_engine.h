@@ -26,13 +26,6 @@
 
 namespace ts {
 
-struct SubmitResult {
-  RequestId id = 0;                          // valid when ok()
-  RejectReason reason = RejectReason::None;
-  std::string message;                       // why it was rejected, for the client
-  bool ok() const { return reason == RejectReason::None; }
-};
-
 class AsyncEngine {
  public:
   // Starts the loop thread. The models must outlive this object, and while it lives only its loop thread may
@@ -56,7 +49,7 @@ class AsyncEngine {
   bool draining() const { return draining_.load(); }
 
   // A consistent copy of the metrics after the latest step (requests waiting include those not yet handed to the
-  // engine).
+  // engine; last_step and mean_decode_batch filled).
   EngineMetrics metrics() const;
 
   int max_context() const { return engine_.max_context(); }
@@ -69,6 +62,8 @@ class AsyncEngine {
     EventCallback on_event;
   };
   void loop();
+  void record_step(StepReport report);  // loop thread: the latest step and the running mean decode batch
+  void publish_metrics();               // mu_ held: metrics_ = the engine's snapshot plus what record_step kept
 
   Engine engine_;                    // touched only by the loop thread after construction (validate() is const)
   mutable std::mutex mu_;
@@ -79,6 +74,9 @@ class AsyncEngine {
   int in_engine_ = 0;                // guarded by mu_: requests submitted and not yet finished
   int finished_in_step_ = 0;         // loop thread only: final events sent during the current step
   EngineMetrics metrics_;            // guarded by mu_
+  StepReport last_step_;             // loop thread only: the latest step (Engine::metrics() does not keep it)
+  double mean_decode_batch_ = 0;     // loop thread only: mean batch over the decode_steps_ steps with batch > 0
+  int64_t decode_steps_ = 0;
   std::atomic<RequestId> next_id_{1};
   std::atomic<bool> draining_{false};
   bool stop_ = false;                // guarded by mu_

@@ -1,6 +1,7 @@
 // What the engine exposes about itself: a metrics snapshot (gauges, monotonic counters, latency histograms) named
-// after vLLM's metrics so the server can print them as Prometheus text under vLLM's names, and the per-step
-// decision of the load-adaptive policy (batch, theta, tree sizes) for logs and plots. No transport code here.
+// after vLLM's metrics so the server can print them as Prometheus text under vLLM's names (server/prometheus.h
+// renders this struct as it is: there is no server-side copy), and the per-step decision of the load-adaptive
+// policy (batch, theta, tree sizes) for logs, plots and /metrics. No transport code here.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@
 namespace ts {
 
 // A histogram with fixed upper bounds (seconds). counts[i] = observations <= bounds[i] and > bounds[i - 1];
-// counts[bounds.size()] = observations above the last bound (Prometheus' +Inf bucket holds count).
+// counts[bounds.size()] = observations above the last bound (Prometheus' +Inf bucket holds count). The engine
+// and the server's request metrics (server/prometheus.h) both use it.
 struct Histogram {
   std::vector<double> bounds;   // [nb] strictly increasing
   std::vector<int64_t> counts;  // [nb + 1], NOT cumulative (the server accumulates for Prometheus' le buckets)
@@ -19,12 +21,38 @@ struct Histogram {
   int64_t count = 0;
 
   static Histogram with_bounds(std::vector<double> bounds);
-  void observe(double seconds);
+  // `times` observations of the same value (n tokens that arrived together, each charged gap / n).
+  void observe(double seconds, int64_t times = 1);
 };
 
-// vLLM's bucket bounds for time_to_first_token_seconds and inter_token_latency_seconds.
+// vLLM's bucket bounds for time_to_first_token_seconds, inter_token_latency_seconds (with finer ones below 10 ms,
+// where a CPU model's inter-token latency lives) and e2e_request_latency_seconds.
 std::vector<double> ttft_buckets();
 std::vector<double> inter_token_buckets();
+std::vector<double> e2e_buckets();
+
+// The load-adaptive policy's decision for one request in one step (cost_model.h explains the price).
+struct RoundDecision {
+  RequestId id = 0;
+  bool speculate = false;   // false: plain decoding this step (mode None, no room, or the policy switched it off)
+  double theta = 0;         // threshold of the tree's first node: max(theta floor, adaptive price at this batch)
+  int tree_size = 0;        // draft nodes grown (root excluded), 0 when not speculating
+  int accepted = 0;         // draft tokens accepted
+};
+
+struct StepReport {
+  int64_t step = 0;
+  int batch = 0;             // requests decoding in this step (the b the policy priced with)
+  int prefill_requests = 0;  // requests with a prefill chunk in this step
+  int prefill_tokens = 0;
+  int forward_rows = 0;      // rows of the one target forward
+  double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
+  // What the policy predicted this decode-only step would cost (the cost model plus the residuals it had learned
+  // before the step); 0 when unpriced (no cost model, or prefill in the step).
+  double modelled_ms = 0;
+  bool probe = false;        // the step speculated to explore, not because it paid (scheduler.h)
+  std::vector<RoundDecision> decisions;  // one per decoding request
+};
 
 struct EngineMetrics {
   // Gauges.
@@ -60,29 +88,12 @@ struct EngineMetrics {
   // Seconds per output token after the first: a step that makes n tokens of a request final adds n observations
   // of (time since that request's previous tokens) / n.
   Histogram inter_token_latency = Histogram::with_bounds(inter_token_buckets());
-};
 
-// The load-adaptive policy's decision for one request in one step (theta_policy.h explains the price).
-struct RoundDecision {
-  RequestId id = 0;
-  bool speculate = false;   // false: plain decoding this step (mode None, no room, or the policy switched it off)
-  double theta = 0;         // threshold of the tree's first node: max(theta floor, adaptive price at this batch)
-  int tree_size = 0;        // draft nodes grown (root excluded), 0 when not speculating
-  int accepted = 0;         // draft tokens accepted
-};
-
-struct StepReport {
-  int64_t step = 0;
-  int batch = 0;             // requests decoding in this step (the b the policy priced with)
-  int prefill_requests = 0;  // requests with a prefill chunk in this step
-  int prefill_tokens = 0;
-  int forward_rows = 0;      // rows of the one target forward
-  double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
-  // What the policy predicted this decode-only step would cost (the cost model plus the residuals it had learned
-  // before the step); 0 when unpriced (no cost model, or prefill in the step).
-  double modelled_ms = 0;
-  bool probe = false;        // the step speculated to explore, not because it paid (scheduler.h)
-  std::vector<RoundDecision> decisions;  // one per decoding request
+  // What the load-adaptive policy decided last, and the mean decode batch over the steps that decoded (batch >
+  // 0). Engine::step() returns its report and Engine::metrics() leaves these empty; AsyncEngine, which runs the
+  // steps, keeps them in the snapshot it publishes.
+  StepReport last_step;
+  double mean_decode_batch = 0;
 };
 
 }  // namespace ts

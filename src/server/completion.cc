@@ -10,19 +10,34 @@ namespace ts::server {
 
 using nlohmann::json;
 
-void EventChannel::push(BackendEvent&& event) {
+void EventChannel::push(const RequestEvent& event) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(std::move(event));
+    const bool ends = event.finish != FinishReason::None;
+    if (!event.tokens.empty()) {
+      Entry tokens;
+      tokens.event.id = event.id;
+      tokens.event.tokens = event.tokens;
+      tokens.event.logprobs = event.logprobs;
+      entries_.push_back(std::move(tokens));
+    }
+    if (ends) {
+      Entry last;
+      last.event.id = event.id;
+      last.event.finish = event.finish;
+      last.event.error = event.error;
+      if (event.stats) last.stats = *event.stats;
+      entries_.push_back(std::move(last));
+    }
   }
   ready_.notify_one();
 }
 
-std::optional<BackendEvent> EventChannel::pop(std::chrono::milliseconds timeout) {
+std::optional<EventChannel::Entry> EventChannel::pop(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
-  BackendEvent e = std::move(events_.front());
-  events_.pop_front();
+  if (!ready_.wait_for(lock, timeout, [&] { return !entries_.empty(); })) return std::nullopt;
+  Entry e = std::move(entries_.front());
+  entries_.pop_front();
   return e;
 }
 
@@ -71,48 +86,55 @@ void Completion::abandon() {
 
 std::string Completion::step(std::chrono::milliseconds timeout) {
   if (finished_) return "";
-  std::optional<BackendEvent> event = channel_.pop(timeout);
-  if (!event) return "";
-  std::string out;
-  const auto now = std::chrono::steady_clock::now();
-  if (event->kind == BackendEvent::Kind::Tokens) {
-    if (stop_string_hit_) return "";
-    int taken = 0;
-    for (size_t i = 0; i < event->ids.size(); ++i) {
-      const int32_t id = event->ids[i];
-      ids_.push_back(id);
-      if (request_.logprobs >= 0 && i < event->logprobs.size()) logprobs_.push_back(event->logprobs[i]);
-      ++taken;
-      out += text_.push(id);
-      if (text_.stopped()) {
-        stop_string_hit_ = true;
-        cancel();
-        break;
-      }
-    }
-    if (taken > 0) {
-      if (!got_first_token_) {
-        got_first_token_ = true;
-        first_token_ = now;
-        metrics_.first_token(std::chrono::duration<double>(now - arrival_).count());
-      } else {
-        metrics_.tokens(taken, std::chrono::duration<double>(now - last_token_).count());
-      }
-      last_token_ = now;
-    }
-  } else {
-    finished_ = true;
-    stats_ = event->stats;
-    if (event->kind == BackendEvent::Kind::Failed) {
-      error_ = event->error.empty() ? "generation failed" : event->error;
-    } else {
-      backend_finish_reason_ = event->finish_reason;
-    }
-    if (!stop_string_hit_) out += text_.finish();
-    const std::string reason = finish_reason();
-    metrics_.request_finished(reason == "cancelled" ? "abort" : reason, seconds_since(arrival_), int(ids_.size()));
-  }
+  std::optional<EventChannel::Entry> entry = channel_.pop(timeout);
+  if (!entry) return "";
+  const std::string out = entry->event.finish == FinishReason::None
+                              ? take_tokens(entry->event, std::chrono::steady_clock::now())
+                              : take_finish(*entry);
   if (!request_.stream) text_so_far_ += out;
+  return out;
+}
+
+std::string Completion::take_tokens(const RequestEvent& event, std::chrono::steady_clock::time_point now) {
+  if (stop_string_hit_) return "";
+  std::string out;
+  int taken = 0;
+  for (size_t i = 0; i < event.tokens.size(); ++i) {
+    const int32_t id = event.tokens[i];
+    ids_.push_back(id);
+    if (request_.options.logprobs >= 0 && i < event.logprobs.size()) logprobs_.push_back(event.logprobs[i]);
+    ++taken;
+    out += text_.push(id);
+    if (text_.stopped()) {
+      stop_string_hit_ = true;
+      cancel();
+      break;
+    }
+  }
+  if (taken > 0) {
+    if (!got_first_token_) {
+      got_first_token_ = true;
+      first_token_ = now;
+      metrics_.first_token(std::chrono::duration<double>(now - arrival_).count());
+    } else {
+      metrics_.tokens(taken, std::chrono::duration<double>(now - last_token_).count());
+    }
+    last_token_ = now;
+  }
+  return out;
+}
+
+std::string Completion::take_finish(const EventChannel::Entry& entry) {
+  finished_ = true;
+  stats_ = entry.stats;
+  if (entry.event.finish == FinishReason::Error) {
+    error_ = entry.event.error.empty() ? "generation failed" : entry.event.error;
+  } else {
+    backend_finish_reason_ = finish_reason_name(entry.event.finish);
+  }
+  const std::string out = stop_string_hit_ ? "" : text_.finish();
+  const std::string reason = finish_reason();
+  metrics_.request_finished(reason == "cancelled" ? "abort" : reason, seconds_since(arrival_), int(ids_.size()));
   return out;
 }
 
@@ -138,8 +160,8 @@ json Completion::timings() const {
           {"predicted_n", n},
           {"predicted_ms", predicted_ms},
           {"predicted_per_second", predicted_ms > 0 ? 1000.0 * (n - 1) / predicted_ms : 0.0},
-          {"draft_n", stats_.draft_tokens},
-          {"draft_n_accepted", stats_.accepted_draft_tokens},
+          {"draft_n", stats_.draft_n()},
+          {"draft_n_accepted", stats_.draft_n_accepted()},
           {"rounds", stats_.rounds},
           {"tokens_per_round", stats_.tokens_per_round()},
           {"mean_tree_size", stats_.mean_tree_size()},
@@ -190,7 +212,7 @@ json Completion::final_chunk() {
   // (llama.cpp puts usage and timings on the last chunk).
   j["usage"] = request_.include_usage ? json(nullptr) : usage();
   j["timings"] = timings();
-  j["seed"] = request_.sampling.seed;
+  j["seed"] = request_.options.sampling.seed;
   return j;
 }
 
@@ -218,7 +240,7 @@ json Completion::response() const {
   j["choices"] = json::array({choice});
   j["usage"] = usage();
   j["timings"] = timings();
-  j["seed"] = request_.sampling.seed;  // the seed this sample used (drawn afresh when the request had none)
+  j["seed"] = request_.options.sampling.seed;  // the seed this sample used (drawn afresh when the request had none)
   return j;
 }
 
@@ -236,7 +258,7 @@ json byte_values(const std::string& text) {
 }  // namespace
 
 json Completion::logprobs_json(size_t from, size_t to, size_t* offset) const {
-  if (request_.logprobs < 0) return nullptr;
+  if (request_.options.logprobs < 0) return nullptr;
   to = std::min(to, logprobs_.size());
   // A token's text on its own: raw bytes, which may be part of a UTF-8 character (the JSON writer then shows
   // U+FFFD; chat's `bytes` keep them exact).
@@ -272,7 +294,7 @@ json Completion::logprobs_json(size_t from, size_t to, size_t* offset) const {
 }
 
 json Completion::take_logprobs() {
-  if (request_.logprobs < 0 || logprobs_sent_ >= logprobs_.size()) return nullptr;
+  if (request_.options.logprobs < 0 || logprobs_sent_ >= logprobs_.size()) return nullptr;
   json j = logprobs_json(logprobs_sent_, logprobs_.size(), &text_offset_);
   logprobs_sent_ = logprobs_.size();
   return j;

@@ -1,6 +1,7 @@
-// One completion request in flight: the channel its backend events arrive on, the text stream that turns ids
+// One completion request in flight: the channel its engine events arrive on, the text stream that turns ids
 // into client text (stop strings, hidden end-of-turn ids), and the OpenAI JSON for its chunks and final
-// response. The HTTP layer (http_server.cc) owns the transport; this file owns the content.
+// response (usage and llama.cpp-style timings, read from the engine's RequestStats). The HTTP layer
+// (http_server.cc) owns the transport; this file owns the content.
 #pragma once
 
 #include <chrono>
@@ -14,22 +15,28 @@
 #include <vector>
 
 #include "server/backend.h"
-#include "server/metrics.h"
+#include "server/prometheus.h"
 #include "server/openai_request.h"
 #include "server/text_stream.h"
 
 namespace ts::server {
 
-// Backend events of one request, pushed by the backend thread, popped by the HTTP worker.
+// The events of one request, pushed on the backend's thread, popped by the HTTP worker. push() copies an event,
+// since its stats pointer lives only during the callback, and queues one that carries both tokens and the finish
+// as two entries, tokens first, so each Completion::step applies one (a chunk for the tokens, then the end).
 class EventChannel {
  public:
-  void push(BackendEvent&& event);
-  std::optional<BackendEvent> pop(std::chrono::milliseconds timeout);
+  struct Entry {
+    RequestEvent event;  // event.stats and event.edges are null: the stats are copied below
+    RequestStats stats;  // the final event's statistics (default for a tokens entry)
+  };
+  void push(const RequestEvent& event);
+  std::optional<Entry> pop(std::chrono::milliseconds timeout);
 
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<BackendEvent> events_;
+  std::deque<Entry> entries_;
 };
 
 class Completion {
@@ -37,10 +44,10 @@ class Completion {
   Completion(const CompletionRequest& request, const ServedModel& model, int prompt_tokens, ServerMetrics& metrics);
 
   EventChannel& channel() { return channel_; }
-  void set_backend(Backend* backend, uint64_t id) { backend_ = backend, id_ = id; }
+  void set_backend(Backend* backend, RequestId id) { backend_ = backend, id_ = id; }
 
-  // Waits up to `timeout` for the next event and applies it; returns the text it released ("" if none or on a
-  // timeout). After a stop string matched, the backend request is cancelled and later tokens are ignored.
+  // Waits up to `timeout` for the next channel entry and applies it; returns the text it released ("" if none or
+  // on a timeout). After a stop string matched, the backend request is cancelled and later tokens are ignored.
   std::string step(std::chrono::milliseconds timeout);
   bool finished() const { return finished_; }   // the terminal event arrived
   bool failed() const { return !error_.empty(); }
@@ -65,6 +72,8 @@ class Completion {
   nlohmann::json usage() const;
   nlohmann::json timings() const;
   std::string finish_reason() const;
+  std::string take_tokens(const RequestEvent& event, std::chrono::steady_clock::time_point now);
+  std::string take_finish(const EventChannel::Entry& entry);
   // OpenAI's logprobs object for tokens [from, to) of ids_ (completions: tokens / token_logprobs / top_logprobs /
   // text_offset, offsets counted from *offset, which advances; chat: content[]); null when not asked for.
   nlohmann::json logprobs_json(size_t from, size_t to, size_t* offset) const;
@@ -77,7 +86,7 @@ class Completion {
   EventChannel channel_;
   TextStream text_;
   Backend* backend_ = nullptr;
-  uint64_t id_ = 0;
+  RequestId id_ = 0;
   std::string response_id_;
   long long created_ = 0;
   int prompt_tokens_ = 0;
@@ -89,7 +98,7 @@ class Completion {
   std::string text_so_far_;   // non-streaming: the whole text
   bool stop_string_hit_ = false, cancelled_ = false, finished_ = false;
   std::string backend_finish_reason_, error_;
-  RequestStats stats_;
+  RequestStats stats_;        // the engine's, from the final event
   std::chrono::steady_clock::time_point arrival_, first_token_, last_token_;
   bool got_first_token_ = false;
 };

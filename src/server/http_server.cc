@@ -97,7 +97,7 @@ HttpResponse HttpServer::health() const {
 }
 
 HttpResponse HttpServer::metrics_page() {
-  BackendMetrics bm;
+  EngineMetrics snapshot;
   Backend* backend = nullptr;
   std::string name;
   {
@@ -105,9 +105,9 @@ HttpResponse HttpServer::metrics_page() {
     backend = backend_;
     name = model_.name;
   }
-  if (backend) bm = backend->metrics();
+  if (backend) snapshot = backend->metrics();
   return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {},
-                      metrics_.render(name, backend ? &bm : nullptr, state_name(), in_flight_.load(),
+                      metrics_.render(name, backend ? &snapshot : nullptr, state_name(), in_flight_.load(),
                                       transport_.open_connections())};
 }
 
@@ -165,41 +165,30 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     if (state == State::Loading) return void(out.send(error(503, "the model is loading", "unavailable_error", "loading")));
     if (state == State::Draining)
       return void(out.send(error(503, "the server is shutting down", "unavailable_error", "draining")));
-    CompletionRequest request = parse_completion_request(req.body, chat);
+    CompletionRequest request = parse_completion_request(req.body, chat, model_.request_defaults);
     // Without a seed every request samples afresh, as OpenAI's and vLLM's do (a fixed default made every unseeded
     // T > 0 request return the same text: regenerate, best-of-n and pass@k broke). The seed used is returned.
-    if (!request.seed_given) request.sampling.seed = fresh_seed();
-    PreparedPrompt prompt = prepare_prompt(request, model_);
+    if (!request.seed_given) request.options.sampling.seed = fresh_seed();
+    Request engine_request = prepare_request(request, model_);
+    const int prompt_tokens = int(engine_request.prompt.size());
 
     InFlight in_flight(in_flight_);
     if (in_flight_.load() > options_.max_batch + options_.max_queue)
       return void(out.send(error(429, "the request queue is full; retry later", "rate_limit_error", "queue_full")));
 
-    auto completion = std::make_shared<Completion>(request, model_, int(prompt.ids.size()), metrics_);
-    BackendRequest br;
-    br.prompt = std::move(prompt.ids);
-    br.sampling = request.sampling;
-    br.max_tokens = prompt.max_tokens;
-    // ignore_eos: end-of-turn ids neither end generation nor are masked by min_tokens; they stay hidden in text.
-    if (!request.ignore_eos) br.stop_ids = model_.stop_ids;
-    br.logit_bias = request.logit_bias;
-    br.min_tokens = request.min_tokens;
-    br.logprobs = request.logprobs;
-    br.presence_penalty = request.presence_penalty;
-    br.frequency_penalty = request.frequency_penalty;
-    br.repetition_penalty = request.repetition_penalty;
-    const int prompt_tokens = int(br.prompt.size());
-    SubmitResult submitted =
-        backend_->submit(std::move(br), [completion](BackendEvent&& e) { completion->channel().push(std::move(e)); });
-    switch (submitted.status) {
-      case SubmitStatus::Accepted: break;
-      case SubmitStatus::QueueFull:
+    auto completion = std::make_shared<Completion>(request, model_, prompt_tokens, metrics_);
+    const SubmitResult submitted = backend_->submit(
+        std::move(engine_request), [completion](const RequestEvent& e) { completion->channel().push(e); });
+    switch (submitted.reason) {
+      case RejectReason::None: break;
+      case RejectReason::QueueFull:
         return void(out.send(error(429, "the request queue is full; retry later" +
                                              (submitted.message.empty() ? "" : " (" + submitted.message + ")"),
                                    "rate_limit_error", "queue_full")));
-      case SubmitStatus::Draining:
+      case RejectReason::Draining:
         return void(out.send(error(503, "the server is shutting down", "unavailable_error", "draining")));
-      case SubmitStatus::Invalid:
+      case RejectReason::BadParams:
+      case RejectReason::OverContext:
         return void(out.send(error(400, submitted.message, "invalid_request_error", "invalid_request")));
     }
     completion->set_backend(backend_, submitted.id);
@@ -314,12 +303,12 @@ bool HttpServer::wait_idle(double timeout_s) {
 }
 
 void HttpServer::cancel_running() {
-  std::set<uint64_t> ids;
+  std::set<RequestId> ids;
   {
     std::lock_guard<std::mutex> lock(running_mutex_);
     ids = running_ids_;
   }
-  for (uint64_t id : ids) backend_->cancel(id);
+  for (RequestId id : ids) backend_->cancel(id);
 }
 
 void HttpServer::stop() {

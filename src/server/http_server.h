@@ -18,7 +18,7 @@
 
 #include "server/backend.h"
 #include "server/http_transport.h"
-#include "server/metrics.h"
+#include "server/prometheus.h"
 #include "server/openai_request.h"
 
 namespace ts::server {
@@ -80,7 +80,7 @@ class HttpServer {
   ServerMetrics metrics_;
   std::atomic<int> in_flight_{0};
   std::mutex running_mutex_;
-  std::set<uint64_t> running_ids_;  // backend ids of requests in flight, guarded by running_mutex_
+  std::set<RequestId> running_ids_;  // backend ids of requests in flight, guarded by running_mutex_
   bool stopped_ = false;
 };
 

@@ -159,7 +159,7 @@ void parse_stop(const json& body, CompletionRequest& r) {
 }
 
 void parse_sampling(const json& body, CompletionRequest& r) {
-  SamplingParams& s = r.sampling;
+  SamplingParams& s = r.options.sampling;
   if (const json* v = field(body, "temperature")) {
     s.temperature = float(number(*v, "temperature"));
     if (s.temperature < 0 || s.temperature > 2) throw out_of_range("temperature", "must be in [0, 2]");
@@ -197,13 +197,13 @@ void parse_sampling(const json& body, CompletionRequest& r) {
     if (const json* v = field(body, name)) {
       const double x = number(*v, name);
       if (x < -2 || x > 2) throw out_of_range(name, "is " + v->dump() + "; it must be in [-2, 2]");
-      (std::string(name) == "presence_penalty" ? r.presence_penalty : r.frequency_penalty) = float(x);
+      (std::string(name) == "presence_penalty" ? r.options.presence_penalty : r.options.frequency_penalty) = float(x);
     }
   }
   if (const json* v = field(body, "repetition_penalty")) {
     const double x = number(*v, "repetition_penalty");
     if (!(x > 0 && x <= 10)) throw out_of_range("repetition_penalty", "is " + v->dump() + "; it must be in (0, 10]");
-    r.repetition_penalty = float(x);
+    r.options.repetition_penalty = float(x);
   }
 }
 
@@ -221,12 +221,12 @@ void parse_output_controls(const json& body, CompletionRequest& r) {
     if (const json* v = field(body, "top_logprobs")) {
       const int k = top_n(*v, "top_logprobs");
       if (!on) throw bad_request("invalid_value", "'top_logprobs' needs 'logprobs': true", "top_logprobs");
-      r.logprobs = k;
+      r.options.logprobs = k;
     } else if (on) {
-      r.logprobs = 0;
+      r.options.logprobs = 0;
     }
   } else if (const json* v = field(body, "logprobs")) {
-    if (!(v->is_boolean() && !v->get<bool>())) r.logprobs = top_n(*v, "logprobs");  // false: off, as null
+    if (!(v->is_boolean() && !v->get<bool>())) r.options.logprobs = top_n(*v, "logprobs");  // false: off, as null
   }
   if (const json* v = field(body, "logit_bias")) {
     if (!v->is_object()) throw wrong_type("logit_bias", "an object of token id: bias", *v);
@@ -239,13 +239,13 @@ void parse_output_controls(const json& body, CompletionRequest& r) {
                           "logit_bias");
       const double b = number(bias, param);
       if (b < -100 || b > 100) throw out_of_range(param, "is " + bias.dump() + "; a bias must be in [-100, 100]");
-      r.logit_bias.emplace_back(int32_t(std::stoll(key)), float(b));
+      r.options.logit_bias.emplace_back(int32_t(std::stoll(key)), float(b));
     }
   }
   if (const json* v = field(body, "min_tokens")) {
     const long long n = integer(*v, "min_tokens");
     if (n < 0 || n > (1 << 30)) throw out_of_range("min_tokens", "is " + v->dump() + "; it must be >= 0");
-    r.min_tokens = int(n);
+    r.options.min_tokens = int(n);
   }
   if (const json* v = field(body, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
 }
@@ -306,7 +306,7 @@ int json_nesting_depth(const std::string& text) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const RequestOptions& defaults) {
   if (json_nesting_depth(body_text) > kMaxJsonDepth)
     throw bad_request("invalid_json", "the request body nests arrays and objects deeper than " +
                                           std::to_string(kMaxJsonDepth) + " levels");
@@ -315,6 +315,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   if (!body.is_object()) throw bad_request("invalid_json", std::string("the request body must be a JSON object, got ") + type_name(body));
   CompletionRequest r;
   r.chat = chat;
+  r.options = defaults;
   if (const json* m = field(body, "model")) {
     if (!m->is_string()) throw wrong_type("model", "a string", *m);
     r.model = m->get<std::string>();
@@ -348,32 +349,32 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   return r;
 }
 
-PreparedPrompt prepare_prompt(const CompletionRequest& r, const ServedModel& model) {
+Request prepare_request(const CompletionRequest& r, const ServedModel& model) {
   if (!r.model.empty() && r.model != model.name)
     throw ApiError(404, "invalid_request_error", "model_not_found",
                    "the model '" + r.model + "' does not exist; this server serves '" + model.name + "'", "model");
-  PreparedPrompt p;
+  Request p;
   try {
     if (r.chat) {
       if (!model.chat_template)
         throw bad_request("no_chat_template", "the model has no chat template; use /v1/completions");
-      p.ids = model.chat_template->encode_chat(*model.tokenizer, r.messages, /*add_generation_prompt=*/true,
-                                               r.enable_thinking);
+      p.prompt = model.chat_template->encode_chat(*model.tokenizer, r.messages, /*add_generation_prompt=*/true,
+                                                  r.enable_thinking);
     } else if (!r.prompt_ids.empty()) {
-      p.ids = r.prompt_ids;
-      for (int32_t id : p.ids)
+      p.prompt = r.prompt_ids;
+      for (int32_t id : p.prompt)
         if (id < 0 || id >= model.vocab_size)
           throw out_of_range("prompt", "holds token id " + std::to_string(id) + " outside the vocabulary [0, " +
                                            std::to_string(model.vocab_size) + ")");
     } else {
-      p.ids = model.tokenizer->encode(r.prompt_text);
+      p.prompt = model.tokenizer->encode(r.prompt_text);
     }
   } catch (const ts::Error& e) {  // e.g. invalid UTF-8 that slipped through, a template that cannot render
     throw bad_request("invalid_prompt", std::string("the prompt cannot be tokenized: ") + e.what(),
                       r.chat ? "messages" : "prompt");
   }
-  if (p.ids.empty()) throw bad_request("invalid_value", "the prompt has no tokens", r.chat ? "messages" : "prompt");
-  const int P = int(p.ids.size());
+  if (p.prompt.empty()) throw bad_request("invalid_value", "the prompt has no tokens", r.chat ? "messages" : "prompt");
+  const int P = int(p.prompt.size());
   const int room = model.max_context - P;
   auto too_long = [&](int asked) {
     return bad_request("context_length_exceeded",
@@ -384,14 +385,18 @@ PreparedPrompt prepare_prompt(const CompletionRequest& r, const ServedModel& mod
   };
   if (room < 1) throw too_long(std::max(r.max_tokens, 1));
   if (r.max_tokens > room) throw too_long(r.max_tokens);
-  p.max_tokens = r.max_tokens > 0 ? r.max_tokens : (r.chat ? room : std::min(16, room));
-  for (const auto& [id, bias] : r.logit_bias)
+  p.options = r.options;
+  RequestOptions& o = p.options;
+  o.max_new_tokens = r.max_tokens > 0 ? r.max_tokens : (r.chat ? room : std::min(16, room));
+  for (const auto& [id, bias] : o.logit_bias)
     if (id >= model.vocab_size)
       throw out_of_range("logit_bias", "holds token id " + std::to_string(id) + ", outside the vocabulary [0, " +
                                            std::to_string(model.vocab_size) + ")");
-  if (r.min_tokens > p.max_tokens)
-    throw out_of_range("min_tokens", "is " + std::to_string(r.min_tokens) + ", more than the " +
-                                         std::to_string(p.max_tokens) + " new tokens this request may generate");
+  if (o.min_tokens > o.max_new_tokens)
+    throw out_of_range("min_tokens", "is " + std::to_string(o.min_tokens) + ", more than the " +
+                                         std::to_string(o.max_new_tokens) + " new tokens this request may generate");
+  // ignore_eos: end-of-turn ids neither end generation nor are masked by min_tokens; they stay hidden in the text.
+  o.stop_ids = r.ignore_eos ? std::vector<int32_t>{} : model.stop_ids;
   return p;
 }
 

@@ -1,13 +1,15 @@
 // Parsing and validating the body of POST /v1/completions and /v1/chat/completions into a CompletionRequest,
-// then turning it into token ids with the model's tokenizer and chat template. Every problem is an ApiError
-// (400, or 404 for an unknown model) naming the field; nothing here touches the network or the backend.
+// then turning it into the engine's Request (engine/request.h) with the model's tokenizer and chat template. The
+// body's sampling and output controls are parsed straight into the engine's RequestOptions, so nothing is copied
+// field by field on the way to the engine. Every problem is an ApiError (400, or 404 for an unknown model) naming
+// the field; nothing here touches the network or the backend.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "sampling/sampling_params.h"
+#include "engine/request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,6 +23,9 @@ struct ServedModel {
   std::vector<int32_t> stop_ids;                    // end-of-turn / eos ids (never shown as text)
   int max_context = 0;                              // prompt + generated tokens
   int vocab_size = 0;
+  // What every request's options start from: the operator's decode mode, tree and load-adaptive policy. The body
+  // then sets sampling and the output controls; those fields should be left at their defaults here.
+  RequestOptions request_defaults;
 };
 
 struct CompletionRequest {
@@ -31,36 +36,31 @@ struct CompletionRequest {
   std::vector<tok::ChatMessage> messages;  // chat
   bool enable_thinking = true;             // chat_template_kwargs.enable_thinking
   int max_tokens = -1;                     // -1: the endpoint's default
-  SamplingParams sampling;
+  // The engine's options as the body sets them: sampling (temperature, top_p, top_k, min_p, seed), logprobs
+  // (completions: logprobs = k; chat: logprobs = true with top_logprobs = k; -1: none), logit_bias, min_tokens and
+  // the penalties; everything else as the server's defaults. max_new_tokens and stop_ids are set by
+  // prepare_request.
+  RequestOptions options;
   bool seed_given = false;                 // "seed" was in the body; without it the server draws a fresh seed
   std::vector<std::string> stop;           // stop strings (not included in the output)
   bool stream = false;
   bool include_usage = false;              // stream_options.include_usage
   bool return_token_ids = false;           // treespark extension: the generated ids in each choice
   bool skip_special_tokens = true;         // vLLM's extension: special added tokens (<|im_start|>) are not shown
-  // Completions: logprobs = k (0..20); chat: logprobs = true with top_logprobs = k. -1: none.
-  int logprobs = -1;
-  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's {"token id": bias in [-100, 100]}
-  int min_tokens = 0;                      // vLLM: end-of-turn ids cannot come before this many new tokens
   bool ignore_eos = false;                 // vLLM: end-of-turn ids do not end generation (they stay hidden)
-  float presence_penalty = 0, frequency_penalty = 0;  // OpenAI, [-2, 2], over the generated tokens
-  float repetition_penalty = 1;            // vLLM, (0, 10], over prompt and generated tokens
 };
 
 // Bodies nesting arrays and objects deeper than this are refused before they are parsed (400 invalid_json).
 constexpr int kMaxJsonDepth = 128;
 
 // Throws ApiError on malformed JSON, nesting past kMaxJsonDepth, wrong types, unknown roles, out-of-range or
-// unsupported parameters.
-CompletionRequest parse_completion_request(const std::string& body, bool chat);
+// unsupported parameters. The result's options start from `defaults` (ServedModel::request_defaults).
+CompletionRequest parse_completion_request(const std::string& body, bool chat, const RequestOptions& defaults = {});
 
-struct PreparedPrompt {
-  std::vector<int32_t> ids;  // [P]
-  int max_tokens = 0;        // resolved: the request's, clamped to the room left in the context
-};
-
-// Tokenizes (chat template for chat) and checks the context limit: a prompt that leaves no room for one new
+// The engine request: the prompt tokenized (chat template for chat) into prompt [P], and the options with
+// max_new_tokens resolved (the body's max_tokens, or the endpoint's default, within the room left in the context)
+// and the model's end-of-turn ids as stop_ids (none with ignore_eos). A prompt that leaves no room for one new
 // token is a 400 context_length_exceeded, as is an explicit max_tokens that does not fit.
-PreparedPrompt prepare_prompt(const CompletionRequest& request, const ServedModel& model);
+Request prepare_request(const CompletionRequest& request, const ServedModel& model);
 
 }  // namespace ts::server

@@ -37,8 +37,8 @@ TEST_F(ServerTest, CompletionReturnsScriptTextUsageAndTimings) {
   auto sub = backend_->submitted();
   ASSERT_EQ(sub.size(), 1u);
   EXPECT_EQ(sub[0].prompt, tokenizer().encode("Say hello"));
-  EXPECT_EQ(sub[0].max_tokens, 5);
-  EXPECT_EQ(sub[0].sampling.temperature, 0.0f);
+  EXPECT_EQ(sub[0].options.max_new_tokens, 5);
+  EXPECT_EQ(sub[0].options.sampling.temperature, 0.0f);
 }
 
 TEST_F(ServerTest, SamplingParametersReachTheBackend) {
@@ -50,11 +50,11 @@ TEST_F(ServerTest, SamplingParametersReachTheBackend) {
   auto sub = backend_->submitted();
   ASSERT_EQ(sub.size(), 1u);
   EXPECT_EQ(sub[0].prompt, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_FLOAT_EQ(sub[0].sampling.temperature, 0.7f);
-  EXPECT_FLOAT_EQ(sub[0].sampling.top_p, 0.9f);
-  EXPECT_EQ(sub[0].sampling.top_k, 40);
-  EXPECT_FLOAT_EQ(sub[0].sampling.min_p, 0.05f);
-  EXPECT_EQ(sub[0].sampling.seed, 1234u);
+  EXPECT_FLOAT_EQ(sub[0].options.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(sub[0].options.sampling.top_p, 0.9f);
+  EXPECT_EQ(sub[0].options.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(sub[0].options.sampling.min_p, 0.05f);
+  EXPECT_EQ(sub[0].options.sampling.seed, 1234u);
 }
 
 TEST_F(ServerTest, ChatUsesTheTemplateAndHidesTheEndOfTurn) {
@@ -78,7 +78,7 @@ TEST_F(ServerTest, ChatUsesTheTemplateAndHidesTheEndOfTurn) {
   ASSERT_EQ(sub.size(), 1u);
   EXPECT_EQ(sub[0].prompt, t.chat.encode_chat(t.tokenizer, {{"system", "Be brief."}, {"user", "Capital of France?"}},
                                               true, true));
-  EXPECT_EQ(sub[0].max_tokens, 50);
+  EXPECT_EQ(sub[0].options.max_new_tokens, 50);
 }
 
 TEST_F(ServerTest, StreamingCompletionFormat) {
@@ -264,10 +264,10 @@ TEST_F(ServerTest, MetricsCountersMove) {
   EXPECT_EQ(metric_value(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total" + L + ",position=\"0\""), 3);
   EXPECT_EQ(metric_value(m, "vllm:kv_cache_usage_perc" + L), 0);
   EXPECT_EQ(metric_value(m, "treespark:http_errors_total" + L + ",status=\"400\""), 1);
-  EXPECT_EQ(metric_value(m, "treespark:fake_gauge" + L), 42);
+  EXPECT_EQ(metric_value(m, "treespark:spec_decode_tree_node_ms" + L), 42);  // the fake's fixed gauge
   // Engine counters are Prometheus counters named *_total; no gauge carries that suffix.
-  EXPECT_EQ(metric_value(m, "treespark:fake_events_total" + L), 7);
-  EXPECT_NE(m.find("# TYPE treespark:fake_events_total counter"), std::string::npos);
+  EXPECT_EQ(metric_value(m, "treespark:engine_steps_total" + L), 7);  // the fake's fixed counter
+  EXPECT_NE(m.find("# TYPE treespark:engine_steps_total counter"), std::string::npos);
   EXPECT_NE(m.find("# TYPE vllm:time_to_first_token_seconds histogram"), std::string::npos);
   EXPECT_NE(m.find("vllm:time_to_first_token_seconds_bucket" + L + ",le=\"+Inf\"} 1"), std::string::npos);
 }

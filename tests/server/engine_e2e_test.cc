@@ -34,7 +34,7 @@ class EngineServerTest : public ::testing::Test {
     delete bundle_;
     bundle_ = nullptr;
   }
-  void start(RequestOptions defaults, std::optional<spec::CostModel> cost = std::nullopt, int max_batch = 4,
+  void start(RequestOptions defaults, std::optional<CostModel> cost = std::nullopt, int max_batch = 4,
              int max_queue = 8, std::function<void(const StepReport&)> on_step = nullptr) {
     EngineConfig ec;
     ec.on_step = std::move(on_step);
@@ -43,7 +43,7 @@ class EngineServerTest : public ::testing::Test {
     ec.max_context = 512;
     ec.calibration = bundle_->calibration;
     ec.cost_model = cost;
-    backend_ = std::make_unique<EngineBackend>(*bundle_->target, bundle_->drafter.get(), ec, defaults);
+    backend_ = std::make_unique<EngineBackend>(*bundle_->target, bundle_->drafter.get(), ec);
     ServerOptions so;
     so.port = 0;
     so.max_batch = ec.max_batch;
@@ -51,7 +51,9 @@ class EngineServerTest : public ::testing::Test {
     server_ = std::make_unique<HttpServer>(so);
     port_ = server_->bind();
     server_->start();
-    server_->set_ready(*backend_, describe_model(*bundle_, "treespark-target", backend_->max_context()));
+    ServedModel served = describe_model(*bundle_, "treespark-target", backend_->max_context());
+    served.request_defaults = defaults;
+    server_->set_ready(*backend_, std::move(served));
   }
   void TearDown() override {
     if (server_) server_->stop();
@@ -152,7 +154,7 @@ TEST_F(EngineServerTest, WarmUpLeavesThePairAsItWas) {
 
 TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
   // A steep synthetic cost curve: the policy shrinks trees as the batch grows; greedy output must not change.
-  spec::CostModel cost;
+  CostModel cost;
   cost.batches = {1, 4};
   cost.tokens = {1, 64};
   cost.ms = {1.0, 2.0, 1.0, 40.0};
@@ -172,7 +174,7 @@ TEST_F(EngineServerTest, GreedyAdaptiveAndPlainEqualTargetGreedy) {
 // engine times with the step, sleeps 120 ms in them); one client sending requests one after another must still get
 // speculative rounds once they are past.
 TEST_F(EngineServerTest, SlowFirstDraftingStepsDoNotStopASingleClientsSpeculation) {
-  spec::CostModel cost;  // memory-bound: speculation pays on the curve
+  CostModel cost;  // memory-bound: speculation pays on the curve
   cost.batches = {1, 4};
   cost.tokens = {1, 2, 4, 8, 16, 32};
   cost.ms = {5.0, 5.0, 5.1, 5.2, 5.4, 5.8, 6.0, 6.2, 6.5, 7.0, 8.0, 10.0};
@@ -244,11 +246,11 @@ TEST_F(EngineServerTest, SixtyFourConcurrentStreamsAllComplete) {
   std::printf("[64 clients] %d completed, %d were told to retry\n", done, retried);
   // The engine's snapshot is taken after each step: the last step's figures land just after its final events.
   const auto t0 = std::chrono::steady_clock::now();
-  while ((backend_->metrics().running > 0 || backend_->metrics().kv_cache_usage > 0) &&
+  while ((backend_->metrics().num_requests_running > 0 || backend_->metrics().kv_cache_usage_perc > 0) &&
          std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(backend_->metrics().running, 0);
-  EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
+  EXPECT_EQ(backend_->metrics().num_requests_running, 0);
+  EXPECT_EQ(backend_->metrics().kv_cache_usage_perc, 0);
 }
 
 TEST_F(EngineServerTest, DisconnectFreesTheEngineSlotAndKv) {
@@ -265,18 +267,18 @@ TEST_F(EngineServerTest, DisconnectFreesTheEngineSlotAndKv) {
   char buf[4096];
   ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);
   auto t0 = std::chrono::steady_clock::now();
-  while (backend_->metrics().running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+  while (backend_->metrics().num_requests_running == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  ASSERT_EQ(backend_->metrics().running, 1);
-  EXPECT_GT(backend_->metrics().kv_cache_usage, 0);
+  ASSERT_EQ(backend_->metrics().num_requests_running, 1);
+  EXPECT_GT(backend_->metrics().kv_cache_usage_perc, 0);
   ::close(fd);
   const auto closed = std::chrono::steady_clock::now();
-  while ((backend_->metrics().running > 0 || backend_->metrics().kv_cache_usage > 0) &&
+  while ((backend_->metrics().num_requests_running > 0 || backend_->metrics().kv_cache_usage_perc > 0) &&
          std::chrono::steady_clock::now() - closed < std::chrono::seconds(5))
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
-  EXPECT_EQ(backend_->metrics().running, 0);
-  EXPECT_EQ(backend_->metrics().kv_cache_usage, 0);
+  EXPECT_EQ(backend_->metrics().num_requests_running, 0);
+  EXPECT_EQ(backend_->metrics().kv_cache_usage_perc, 0);
   EXPECT_LT(freed_s, 1.0);
   std::printf("[engine disconnect] slot and KV freed %.3f s after the client closed\n", freed_s);
 }

@@ -235,13 +235,13 @@ TEST_F(ServerTest, UnseededRequestsGetFreshSeedsAndSeededOnesKeepTheirs) {
   ASSERT_TRUE(seeded);
   ASSERT_EQ(seeded->status, 200);
   EXPECT_EQ(json::parse(seeded->body)["seed"], 7);
-  const std::vector<BackendRequest> got = backend_->submitted();
+  const std::vector<Request> got = backend_->submitted();
   ASSERT_EQ(got.size(), 4u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[size_t(i)].sampling.seed, returned[size_t(i)]);  // replayable
-  EXPECT_NE(got[0].sampling.seed, got[1].sampling.seed);
-  EXPECT_NE(got[1].sampling.seed, got[2].sampling.seed);
-  EXPECT_NE(got[0].sampling.seed, got[2].sampling.seed);
-  EXPECT_EQ(got[3].sampling.seed, 7u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[size_t(i)].options.sampling.seed, returned[size_t(i)]);  // replayable
+  EXPECT_NE(got[0].options.sampling.seed, got[1].options.sampling.seed);
+  EXPECT_NE(got[1].options.sampling.seed, got[2].options.sampling.seed);
+  EXPECT_NE(got[0].options.sampling.seed, got[2].options.sampling.seed);
+  EXPECT_EQ(got[3].options.sampling.seed, 7u);
 }
 
 TEST_F(ServerTest, OversizedBodyIs413) {
@@ -388,11 +388,11 @@ TEST_F(ServerTest, ClientDisconnectFreesTheSlotWithinOneSecond) {
   start(fo);
   int fd = open_stream(port_, json{{"prompt", "a"}, {"max_tokens", 200}, {"stream", true}}.dump());
   ASSERT_GE(fd, 0);
-  wait_until([&] { return backend_->metrics().running > 0; }, 3);  // it runs in the backend
-  ASSERT_EQ(backend_->metrics().running, 1);
+  wait_until([&] { return backend_->metrics().num_requests_running > 0; }, 3);  // it runs in the backend
+  ASSERT_EQ(backend_->metrics().num_requests_running, 1);
   ::close(fd);
-  const double freed_s = wait_until([&] { return backend_->metrics().running == 0; }, 3);
-  EXPECT_EQ(backend_->metrics().running, 0);
+  const double freed_s = wait_until([&] { return backend_->metrics().num_requests_running == 0; }, 3);
+  EXPECT_EQ(backend_->metrics().num_requests_running, 0);
   EXPECT_EQ(backend_->cancelled(), 1);
   EXPECT_LT(freed_s, 1.0) << "slot freed after " << freed_s << " s";
   std::printf("[disconnect] backend slot freed %.3f s after the client closed\n", freed_s);
@@ -412,13 +412,13 @@ TEST_F(ServerTest, NonStreamingClientDisconnectFreesTheSlotWithinOneSecond) {
   // 200 ticks = 10 s of work
   const int fd = send_raw_post(port_, "/v1/completions", json{{"prompt", "a"}, {"max_tokens", 200}}.dump());
   ASSERT_GE(fd, 0);
-  wait_until([&] { return backend_->metrics().running > 0; }, 3);
-  ASSERT_EQ(backend_->metrics().running, 1);
+  wait_until([&] { return backend_->metrics().num_requests_running > 0; }, 3);
+  ASSERT_EQ(backend_->metrics().num_requests_running, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the first check: the watch has its socket
-  ASSERT_EQ(backend_->metrics().running, 1) << "an open client's request must keep running";
+  ASSERT_EQ(backend_->metrics().num_requests_running, 1) << "an open client's request must keep running";
   ::close(fd);
-  const double freed_s = wait_until([&] { return backend_->metrics().running == 0; }, 5);
-  EXPECT_EQ(backend_->metrics().running, 0);
+  const double freed_s = wait_until([&] { return backend_->metrics().num_requests_running == 0; }, 5);
+  EXPECT_EQ(backend_->metrics().num_requests_running, 0);
   EXPECT_EQ(backend_->cancelled(), 1);
   EXPECT_LT(freed_s, 1.0) << "slot freed after " << freed_s << " s";
   std::printf("[non-streaming disconnect] backend slot freed %.3f s after the client closed\n", freed_s);

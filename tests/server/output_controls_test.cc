@@ -38,8 +38,8 @@ TEST_F(ServerTest, CompletionLogprobsListEveryTokenWithItsTopK) {
   EXPECT_TRUE(json::parse(plain->body)["choices"][0]["logprobs"].is_null());
   const auto sent = backend_->submitted();
   ASSERT_EQ(sent.size(), 2u);
-  EXPECT_EQ(sent[0].logprobs, 3);
-  EXPECT_EQ(sent[1].logprobs, -1);
+  EXPECT_EQ(sent[0].options.logprobs, 3);
+  EXPECT_EQ(sent[1].options.logprobs, -1);
 }
 
 TEST_F(ServerTest, ChatLogprobsHaveTokensBytesAndTopLogprobs) {
@@ -112,18 +112,18 @@ TEST_F(ServerTest, LogitBiasMinTokensIgnoreEosAndPenaltiesReachTheBackend) {
   ASSERT_EQ(ignoring->status, 200) << ignoring->body;
   const auto sent = backend_->submitted();
   ASSERT_EQ(sent.size(), 2u);
-  EXPECT_EQ(sent[0].min_tokens, 3);
-  std::vector<std::pair<int32_t, float>> got = sent[0].logit_bias;
+  EXPECT_EQ(sent[0].options.min_tokens, 3);
+  std::vector<std::pair<int32_t, float>> got = sent[0].options.logit_bias;
   std::sort(got.begin(), got.end());
   const std::vector<std::pair<int32_t, float>> bias = {{5, -100.0f}, {17, 2.5f}};
   EXPECT_EQ(got, bias);
-  EXPECT_FALSE(sent[0].stop_ids.empty());  // the model's end-of-turn ids
-  EXPECT_TRUE(sent[1].stop_ids.empty());   // ignore_eos
-  EXPECT_EQ(sent[0].presence_penalty, 0.0f);
-  EXPECT_EQ(sent[0].repetition_penalty, 1.0f);
-  EXPECT_EQ(sent[1].presence_penalty, 0.5f);
-  EXPECT_EQ(sent[1].frequency_penalty, -1.25f);
-  EXPECT_EQ(sent[1].repetition_penalty, 1.3f);
+  EXPECT_FALSE(sent[0].options.stop_ids.empty());  // the model's end-of-turn ids
+  EXPECT_TRUE(sent[1].options.stop_ids.empty());   // ignore_eos
+  EXPECT_EQ(sent[0].options.presence_penalty, 0.0f);
+  EXPECT_EQ(sent[0].options.repetition_penalty, 1.0f);
+  EXPECT_EQ(sent[1].options.presence_penalty, 0.5f);
+  EXPECT_EQ(sent[1].options.frequency_penalty, -1.25f);
+  EXPECT_EQ(sent[1].options.repetition_penalty, 1.3f);
 }
 
 }  // namespace

@@ -38,11 +38,10 @@ struct SpecFlags {
 
   RequestOptions defaults(const Drafter* drafter) const {
     RequestOptions o;
-    o.mode = !drafter || mode == "none" ? DecodeMode::None : mode == "chain" ? DecodeMode::Chain : DecodeMode::Tree;
-    spec::TreeParams& t = o.tree;
-    t.mode = priority == "marginal" ? spec::TreeMode::Marginal
-             : priority == "logq"   ? spec::TreeMode::LogQ
-                                    : spec::TreeMode::Tree;
+    o.mode = !drafter || mode == "none" ? DecodeMode::None
+             : mode == "chain"            ? DecodeMode::Chain
+                                          : cli::tree_mode(priority);
+    spec_decode::TreeShape& t = o.tree;
     t.theta = theta;
     t.node_cap = node_cap;
     t.branch_cap = branch_cap;
@@ -205,7 +204,7 @@ int cmd_serve(int argc, char** argv) {
       std::fprintf(stderr, "treespark serve: %s\n", measured.log.c_str());
       engine.cost_model = measured.cost;
     }
-    const spec::CostModel& c = *engine.cost_model;
+    const CostModel& c = *engine.cost_model;
     std::fprintf(stderr,
                  "treespark serve: policy prices at batch 1: L(1,1) %.3f ms, L(1,%d) %.3f ms, drafter F(1) %.3f ms; "
                  "probes every %d-%d plain steps when speculation is off\n",
@@ -213,8 +212,10 @@ int cmd_serve(int argc, char** argv) {
                  sched::SchedulerConfig{}.probe_interval, sched::SchedulerConfig{}.max_probe_interval);
   }
   std::fprintf(stderr, "treespark serve: warmed up in %.0f ms\n", server::warm_up(bundle));
-  auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine, defaults);
-  server.set_ready(*backend, server::describe_model(bundle, name, backend->max_context()));
+  auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine);
+  server::ServedModel served = server::describe_model(bundle, name, backend->max_context());
+  served.request_defaults = defaults;
+  server.set_ready(*backend, std::move(served));
   std::fprintf(stderr, "treespark serve: ready: model '%s', mode %s%s, max batch %d, max queue %d, context %d\n",
                name.c_str(), defaults.mode == DecodeMode::None ? "none" : spec.mode.c_str(),
                engine.cost_model ? " (load-adaptive)" : "", engine.max_batch, engine.max_queue, backend->max_context());

@@ -2,8 +2,8 @@
 // the gtest glob).
 //
 // On any body, parse_completion_request() (completions or chat, chosen by the first byte) must either throw
-// ApiError (a 4xx the server sends) or return a request that prepare_prompt() either refuses with ApiError or
-// turns into token ids inside the vocabulary, with a max_tokens that fits the context. Anything else (a crash,
+// ApiError (a 4xx the server sends) or return a request that prepare_request() either refuses with ApiError or
+// turns into an engine Request of token ids inside the vocabulary, with a max_new_tokens that fits the context. Anything else (a crash,
 // another exception, a stack overflow on deep nesting, a sanitizer report, a leak) is a bug. The shipped model's
 // tokenizer and chat template render the prompts.
 #include <cstdint>
@@ -53,10 +53,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check(request.chat == chat);
   try {
-    const ts::server::PreparedPrompt prompt = ts::server::prepare_prompt(request, model->served);
-    check(!prompt.ids.empty());
-    for (int32_t id : prompt.ids) check(id >= 0 && id < model->served.vocab_size);
-    check(prompt.max_tokens >= 1 && int(prompt.ids.size()) + prompt.max_tokens <= model->served.max_context);
+    const ts::Request prepared = ts::server::prepare_request(request, model->served);
+    check(!prepared.prompt.empty());
+    for (int32_t id : prepared.prompt) check(id >= 0 && id < model->served.vocab_size);
+    const int max_tokens = prepared.options.max_new_tokens;
+    check(max_tokens >= 1 && int(prepared.prompt.size()) + max_tokens <= model->served.max_context);
   } catch (const ts::server::ApiError& e) {
     check(e.status >= 400 && e.status < 500);
   }
