@@ -57,13 +57,6 @@ void gather_rows(const std::vector<float>& hidden, int n_taps, int n, int H, con
       std::memcpy(&(*out)[(i * n_taps + t) * H], &hidden[(size_t(t) * n + rows[i]) * H], sizeof(float) * H);
 }
 
-int32_t sample_row(const float* logits, int vocab, const SamplingParams& params, Chooser& chooser,
-                   std::vector<double>* probs) {
-  if (params.temperature == 0) return argmax(logits, vocab);
-  processed_distribution(logits, vocab, params, probs);
-  return chooser.choose(probs->data(), vocab);
-}
-
 // One speculative generation with the round phases timed (the engine's round for one request, mode tree).
 PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                             const spec_decode::Calibration& calibration, std::vector<int32_t>* ids) {
@@ -92,7 +85,7 @@ PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& pro
   std::vector<float> ctx;
   gather_rows(fr.hidden, n_taps, int(prompt.size()), H, rows, &ctx);
   drafter.extend_context(dstate, ctx.data(), prefill.positions.data(), int(prompt.size()));
-  int32_t anchor = sample_row(fr.logits.data(), V, opt.sampling, chooser, &probs);
+  int32_t anchor = sample_token(fr.logits.data(), V, opt.sampling, chooser, probs);
   ids->assign(1, anchor);
 
   std::vector<float> base_logits(size_t(B) * V);  // [B, V]

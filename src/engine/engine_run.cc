@@ -39,13 +39,6 @@ struct Engine::Item {
 
 namespace {
 
-int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Chooser& chooser,
-                     std::vector<double>& probs) {
-  if (params.temperature == 0) return argmax(logits, vocab);
-  processed_distribution(logits, vocab, params, &probs);
-  return chooser.choose(probs.data(), vocab);
-}
-
 // The request's logit edits (sampling/logit_adjust.h) for the row that predicts its generated token number
 // token_index (0-based).
 LogitEdits edits_at(const RequestOptions& o, int64_t token_index) {

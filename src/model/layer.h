@@ -70,16 +70,14 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
 struct LayerScratch {
   std::vector<float> h;        // [n, hidden]
   std::vector<float> qkv;      // [n, q_dim + 2 kv_dim]
-  std::vector<float> q;        // [n, q_dim]
-  std::vector<float> attn;     // [n, q_dim]
   std::vector<float> proj;     // [n, hidden]
   std::vector<float> gate_up;  // [n, 2 intermediate]
   std::vector<float> act;      // [n, intermediate]
-  std::vector<float> mask;     // unused placeholder for alignment of future kernels
 };
 
 // Projects h: [n, hidden] (already normed) to q: [n, q_dim] and k, v: [n, kv_dim] each, with bias, q/k norm and
-// RoPE at `positions` [n] applied. k and v are written to rows [k_row0, k_row0 + n) of the given layer buffers.
+// RoPE at `positions` [n] applied. q goes to q_out, k and v to k_rows and v_rows ([n, kv_dim] each: the caller
+// points them at the cache rows they belong in).
 void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
                  LayerScratch& s, float* q_out, float* k_rows, float* v_rows);
 

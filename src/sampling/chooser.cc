@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "sampling/distribution.h"
 
 namespace ts {
 
@@ -116,5 +117,12 @@ int Chooser::choose_f32(const float* weights, int n) {
 int RandomChooser::choose(const double* probs, int n) { return draw(probs, n, uniform()); }
 
 int RandomChooser::choose_f32(const float* weights, int n) { return draw(weights, n, uniform()); }
+
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Chooser& chooser,
+                     std::vector<double>& probs) {
+  if (params.temperature == 0) return argmax(logits, vocab);
+  processed_distribution(logits, vocab, params, &probs);
+  return chooser.choose(probs.data(), vocab);
+}
 
 }  // namespace ts

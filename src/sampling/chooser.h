@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "sampling/sampling_params.h"
 
 namespace ts {
 
@@ -38,5 +41,10 @@ class RandomChooser : public Chooser {
  private:
   uint64_t state_[4];
 };
+
+// One token from a target row (logits: [vocab]): argmax at temperature 0, else a draw through `chooser` from the
+// processed distribution (distribution.h). probs: [vocab] scratch. Plain decoding and prefill's first token use it.
+int32_t sample_token(const float* logits, int vocab, const SamplingParams& params, Chooser& chooser,
+                     std::vector<double>& probs);
 
 }  // namespace ts
