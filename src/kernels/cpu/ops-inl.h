@@ -47,7 +47,7 @@ void rmsnorm(const float* x, const float* weight, float* out, int rows, int dim,
 // The cos/sin table of the last rope call on this thread, [rows][2][half] (cos then sin per row). The model
 // rotates q and then k with the same positions and frequencies, so the second call reuses the first's table
 // (the trig is most of a decode step's RoPE cost). The key compares the frequency values, not the pointer.
-struct RopeTable {
+struct RopeAngles {
   int half = -1;
   float scale = 0;
   std::vector<float> inv_freq;      // [half]
@@ -85,7 +85,7 @@ TS_SIMD void rope_rows(float* x, const int32_t* positions, int heads, int head_d
 void rope(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
           float attention_scale) {
   const int half = head_dim / 2;
-  thread_local RopeTable table;
+  thread_local RopeAngles table;
   const bool reuse = table.half == half && table.scale == attention_scale && table.positions.size() == size_t(rows) &&
                      std::equal(positions, positions + rows, table.positions.begin()) &&
                      std::equal(inv_freq, inv_freq + half, table.inv_freq.begin());
