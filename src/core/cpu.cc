@@ -297,7 +297,7 @@ void configure_for_model(size_t weight_bytes, int threads) {
 
 int default_threads_for(size_t weight_bytes) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;  // fits in L2+L3-ish territory; per-op overhead dominates
-  return weight_bytes < kSmallModelBytes ? 1 : usable_cpus();
+  return weight_bytes < kSmallModelBytes ? 1 : default_threads();
 }
 
 }  // namespace ts

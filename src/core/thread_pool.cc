@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -98,14 +99,6 @@ void worker_main(Pool* p, uint32_t seen) {
   }
 }
 
-int default_threads() {
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return usable_cpus();
-}
-
 // Starts or stops workers so that threads - 1 of them run. Caller holds config_mutex.
 void resize_locked(Pool& p, int threads) {
   if (int(p.workers.size()) == threads - 1) return;
@@ -125,10 +118,50 @@ void resize_locked(Pool& p, int threads) {
 
 }  // namespace
 
+int cpus_from_cgroup_quota(const char* cpu_max) {
+  long long quota = 0, period = 0;
+  if (cpu_max == nullptr || std::sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
+    return 0;  // "max 100000" fails the first conversion: no limit
+  return int(std::min<long long>((quota + period - 1) / period, 1 << 20));
+}
+
+namespace {
+
+// The CPU quota of this process's cgroup, in CPUs (0: none or unreadable).
+int cgroup_cpu_limit() {
+  char line[128] = {};
+  if (std::FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {  // cgroup v2 (the root of the process's namespace)
+    const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+    std::fclose(f);
+    if (read) return cpus_from_cgroup_quota(line);
+  }
+  long long quota = 0, period = 0;  // cgroup v1
+  std::FILE* q = std::fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+  std::FILE* p = std::fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+  const bool ok = q && p && std::fscanf(q, "%lld", &quota) == 1 && std::fscanf(p, "%lld", &period) == 1;
+  if (q) std::fclose(q);
+  if (p) std::fclose(p);
+  if (!ok) return 0;
+  std::snprintf(line, sizeof(line), "%lld %lld", quota, period);
+  return cpus_from_cgroup_quota(line);
+}
+
+}  // namespace
+
 int usable_cpus() {
+  int cpus = int(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return int(std::max(1u, std::thread::hardware_concurrency()));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
+  const int limit = cgroup_cpu_limit();
+  return limit > 0 ? std::min(cpus, limit) : cpus;
+}
+
+int default_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return usable_cpus();
 }
 
 int pool_threads() {

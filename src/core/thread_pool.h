@@ -19,8 +19,14 @@ namespace ts {
 // Threads the pool uses (the caller included): set_threads(n), else $OMP_NUM_THREADS, else the CPUs this process
 // may run on.
 int pool_threads();
-// The CPUs this process may run on (its affinity mask), at least 1.
+// The CPUs this process may use, at least 1: its affinity mask, capped by a cgroup CPU quota where one is set
+// (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us, rounded up): a container limited to 2 CPUs on a
+// 64-core node gets 2, as a Kubernetes CPU limit intends.
 int usable_cpus();
+// $OMP_NUM_THREADS when it is a positive number, else usable_cpus().
+int default_threads();
+// The CPUs a cgroup v2 cpu.max line allows ("200000 100000" -> 2, rounded up), or 0 for "max" or anything else.
+int cpus_from_cgroup_quota(const char* cpu_max);
 // n >= 1: workers are started or stopped to match. Not to be called while another thread runs pool work.
 void set_pool_threads(int n);
 

@@ -182,3 +182,15 @@ TEST(ParallelRanges, EveryUnitRunsExactlyOnceInContiguousPieces) {
 
 }  // namespace
 }  // namespace ts
+
+// A container's CPU limit (cgroup v2 cpu.max "quota period") caps the default thread count, rounded up.
+TEST(ThreadPool, CgroupQuotaInCpus) {
+  EXPECT_EQ(ts::cpus_from_cgroup_quota("200000 100000\n"), 2);
+  EXPECT_EQ(ts::cpus_from_cgroup_quota("150000 100000"), 2);  // 1.5 CPUs: two threads, each partly busy
+  EXPECT_EQ(ts::cpus_from_cgroup_quota("50000 100000"), 1);
+  EXPECT_EQ(ts::cpus_from_cgroup_quota("max 100000\n"), 0);   // no limit
+  EXPECT_EQ(ts::cpus_from_cgroup_quota(""), 0);
+  EXPECT_EQ(ts::cpus_from_cgroup_quota("-1 100000"), 0);      // cgroup v1's "no limit"
+  EXPECT_EQ(ts::cpus_from_cgroup_quota(nullptr), 0);
+  EXPECT_GE(ts::usable_cpus(), 1);
+}
