@@ -192,32 +192,10 @@ TEST(Penalties, StrongRepetitionPenaltyChangesTheGreedyText) {
 void exact_penalized(TargetModel& m, const std::vector<int32_t>& prompt, int len, const RequestOptions& o,
                      std::map<std::vector<int32_t>, double>* out) {
   const int V = m.config().vocab_size;
-  std::vector<std::pair<std::vector<int32_t>, double>> frontier = {{{}, 1.0}};
-  for (int step = 0; step < len; ++step) {
-    std::vector<std::pair<std::vector<int32_t>, double>> next;
-    for (auto& [suffix, mass] : frontier) {
-      std::vector<int32_t> seq = prompt;
-      seq.insert(seq.end(), suffix.begin(), suffix.end());
-      KVCache cache = m.new_cache(64);
-      ForwardBatch b;
-      b.tokens = seq;
-      for (int i = 0; i < int(seq.size()); ++i) b.positions.push_back(i);
-      b.logit_rows = {int(seq.size()) - 1};
-      ForwardResult r;
-      m.forward(b, {&cache}, &r);
-      penalize_row(o, prompt, suffix, r.logits.data(), V);
-      std::vector<double> p;
-      processed_distribution(r.logits.data(), V, o.sampling, &p);
-      for (int v = 0; v < V; ++v) {
-        if (p[v] == 0) continue;
-        auto s = suffix;
-        s.push_back(v);
-        next.push_back({s, mass * p[v]});
-      }
-    }
-    frontier.swap(next);
-  }
-  for (auto& [s, mass] : frontier) (*out)[s] += mass;
+  testing::exact_continuations(m, prompt, len, o.sampling, out,
+                               [&](const std::vector<int32_t>& generated, float* logits) {
+                                 penalize_row(o, prompt, generated, logits, V);
+                               });
 }
 
 // Two requests in one engine: A (frequency and presence penalties, T = 2.5) on a pair that repeats its last token

@@ -1,6 +1,7 @@
 // Random tiny target/drafter pairs for engine tests, and the exact distribution of short continuations.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -77,8 +78,11 @@ inline std::vector<int32_t> greedy_reference(TargetModel& m, const std::vector<i
 }
 
 // Exact distribution of the next `len` tokens after `prompt` under the target with `params`, by enumeration.
+// edit_row, when set, edits each row's logits ([vocab]) before the processors, given the tokens generated so far.
+using RowEdit = std::function<void(const std::vector<int32_t>& generated, float* logits)>;
 inline void exact_continuations(TargetModel& m, const std::vector<int32_t>& prompt, int len,
-                                const SamplingParams& params, std::map<std::vector<int32_t>, double>* out) {
+                                const SamplingParams& params, std::map<std::vector<int32_t>, double>* out,
+                                const RowEdit& edit_row = nullptr) {
   const int V = m.config().vocab_size;
   std::vector<std::pair<std::vector<int32_t>, double>> frontier = {{{}, 1.0}};
   for (int step = 0; step < len; ++step) {
@@ -93,6 +97,7 @@ inline void exact_continuations(TargetModel& m, const std::vector<int32_t>& prom
       b.logit_rows = {int(seq.size()) - 1};
       ForwardResult r;
       m.forward(b, {&cache}, &r);
+      if (edit_row) edit_row(suffix, r.logits.data());
       std::vector<double> p;
       processed_distribution(r.logits.data(), V, params, &p);
       for (int v = 0; v < V; ++v) {
