@@ -150,15 +150,16 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--threads", threads);
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
-  std::string quantize = "native";
+  std::string quantize = "native", drafter_quantize = "native";
   cli::add_quantize_option(app, &quantize);
+  cli::add_drafter_quantize_option(app, &drafter_quantize);
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts_path, bundle);

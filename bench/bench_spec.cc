@@ -70,15 +70,16 @@ int bench_spec(int argc, char** argv) {
   app.add_option("--limit", limit, "use only the first N prompts");
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
-  std::string quantize = "native";
+  std::string quantize = "native", drafter_quantize = "native";
   cli::add_quantize_option(app, &quantize);
+  cli::add_drafter_quantize_option(app, &drafter_quantize);
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   configure_for_model(bundle.target->weight_bytes(), threads);
   cli::PromptSet set = cli::load_prompt_set(prompts, bundle);
   if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);

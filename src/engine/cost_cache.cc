@@ -108,9 +108,11 @@ ServingCostOptions serving_options(const TargetModel& target, const CostCacheOpt
 
 // The cache file: a hash of everything the curve depends on (model pair, weight format, machine, kernel variant,
 // threads, KV dtype) and of what is measured (batches, ks, contexts, reps).
-fs::path cache_file(TargetModel& target, const CostCacheOptions& o, const ServingCostOptions& so) {
+fs::path cache_file(TargetModel& target, const Drafter* drafter, const CostCacheOptions& o,
+                    const ServingCostOptions& so) {
   const std::string key =
       cat("v2|", canonical(o.model_dir), "|", canonical(o.drafter_dir), "|", target.weight_format(), "|",
+          drafter && drafter->weight_format() != "native" ? "drafter " + drafter->weight_format() + "|" : "",
           target.weight_bytes(), "|",
           cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", dtype_name(target.kv_dtype()), "|b");
   std::string full_key = key;
@@ -217,7 +219,7 @@ CostCacheResult cached_cost_model(TargetModel& target, Drafter* drafter, const C
   TS_CHECK(!o.batches.empty() && o.reps >= 1, "cost cache: need >= 1 batch and >= 1 repetition");
   CostCacheResult res;
   const ServingCostOptions so = serving_options(target, o);
-  const fs::path file = cache_file(target, o, so);
+  const fs::path file = cache_file(target, drafter, o, so);
   res.path = file.string();
   const std::optional<CostModel> cached = read_cached_curve(file, o.use_cache);
   std::string stale;

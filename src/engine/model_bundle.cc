@@ -10,7 +10,7 @@
 namespace ts {
 
 ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir,
-                              const std::string& weights) {
+                              const std::string& weights, const std::string& drafter_weights) {
   ModelBundle b;
   b.model_dir = model_dir;
   b.drafter_dir = drafter_dir;
@@ -19,7 +19,7 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   b.target = TargetModel::load(model_dir, lo);
   b.generation_config = load_generation_config(model_dir);
   if (!drafter_dir.empty()) {
-    b.drafter = Drafter::load(drafter_dir, b.target->config());
+    b.drafter = Drafter::load(drafter_dir, b.target->config(), parse_weight_scheme(drafter_weights));
     b.calibration = spec_decode::read_calibration_table(drafter_dir + "/" + spec_decode::kCalibrationFileName);
   }
   if (model_dir.size() > 5 && model_dir.compare(model_dir.size() - 5, 5, ".gguf") == 0) {

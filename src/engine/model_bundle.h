@@ -29,9 +29,10 @@ struct ModelBundle {
   spec_decode::CalibrationTable calibration;               // empty without a treespark_calibration.json
   GenerationConfig generation_config;               // present = false without a generation_config.json
 
-  // weights: the target's weight format (model/weight_plan.h; "native", "q8_0", "q4_0"); the drafter keeps its own.
+  // weights: the target's weight format (model/weight_plan.h; "native", "q8_0", "q4_0", "q4_k_m");
+  // drafter_weights: the drafter's (`--drafter-quantize`), "native" by default.
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir,
-                          const std::string& weights = "native");
+                          const std::string& weights = "native", const std::string& drafter_weights = "native");
 
   // KV cache element type of the target and drafter (parse_kv_dtype). Call before making caches.
   void set_kv_dtype(const std::string& choice);

@@ -20,7 +20,7 @@ void check_pair(const DrafterConfig& c, const ModelConfig& target, const std::st
            c.target_hidden_size, " disagrees with the target's hidden_size ", target.hidden_size);
 }
 
-std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig& target) {
+std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig& target, WeightScheme weights) {
   std::unique_ptr<Drafter> d(new Drafter());
   d->config_ = load_drafter_config(dir);
   DrafterConfig& c = d->config_;
@@ -44,11 +44,20 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
   TS_CHECK(fc.shape == fc_shape, dir, ": fc.weight is ", io::shape_to_string(fc.shape), " but ",
            c.target_layer_ids.size(), " taps (target_layer_ids) of the target's hidden size ", target.hidden_size,
            " need ", io::shape_to_string(fc_shape), ": is this drafter paired with the right target?");
-  d->fc_ = load_linear(ckpt, {"fc.weight"}, {H}, d->tap_width(), compute);
+  d->weights_ = weights;
+  WeightPlan plan;
+  plan.compute = compute;
+  plan.scheme = weights;
+  plan.n_layers = c.num_layers;
+  d->fc_ = load_linear(ckpt, {"fc.weight"}, {H}, d->tap_width(), plan, MatrixRole::DrafterFc);
   d->hidden_norm_ = load_vector(ckpt, "hidden_norm.weight", H);
-  for (int l = 0; l < c.num_layers; ++l) d->layers_.push_back(load_layer(ckpt, cat("layers.", l, "."), d->shape_, compute));
+  for (int l = 0; l < c.num_layers; ++l) {
+    plan.layer = l;
+    d->layers_.push_back(load_layer(ckpt, cat("layers.", l, "."), d->shape_, plan));
+  }
+  plan.layer = -1;
   d->final_norm_ = load_vector(ckpt, "norm.weight", H);
-  d->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {V}, H, compute);
+  d->lm_head_ = load_linear(ckpt, {"lm_head.weight"}, {V}, H, plan, MatrixRole::LmHead);
   const bool has_w1 = ckpt.has("markov_head.markov_w1.weight"), has_w2 = ckpt.has("markov_head.markov_w2.weight");
   if (c.markov_rank == 0) {
     TS_CHECK(!has_w1 && !has_w2, source, ": markov_rank is 0 (or absent) but ", dir,

@@ -3,7 +3,7 @@
 // U[k] for every block position k (the token k+1 places after the anchor); a low-rank Markov head adds
 // W2 * W1[parent] to condition a position on the token before it.
 //
-// This file knows the drafter's arithmetic only; how its outputs become draft trees lives in spec/.
+// This file knows the drafter's arithmetic only; how its outputs become draft trees lives in spec_decode/.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/layer.h"
+#include "model/weight_plan.h"
 
 namespace ts {
 
@@ -34,7 +35,13 @@ class Drafter {
   // Loads the drafter for the target it is paired with: the tap width is len(target_layer_ids) * the target's
   // hidden size, checked against fc.weight (and the optional target_hidden_size key); vocabularies and tap layers
   // must fit the target. Throws ts::Error naming what disagrees.
-  static std::unique_ptr<Drafter> load(const std::string& dir, const ModelConfig& target);
+  // weights: the projections' and lm_head's format (model/weight_plan.h; `--drafter-quantize`), quantized at load
+  // like a target's; norms, the embedding table and the Markov head stay as stored. Any format keeps speculation
+  // lossless (any q is exact); a coarser one only changes how often drafts are accepted.
+  static std::unique_ptr<Drafter> load(const std::string& dir, const ModelConfig& target,
+                                       WeightScheme weights = WeightScheme::Native);
+  // "native" or the scheme's name (part of the cost cache's key: the drafter's cost F(b) depends on it).
+  std::string weight_format() const { return weight_scheme_name(weights_); }
 
   const DrafterConfig& config() const { return config_; }
   int block_size() const { return config_.block_size; }
@@ -87,6 +94,7 @@ class Drafter {
   std::vector<float> final_norm_;  // [hidden]
   kernels::Linear lm_head_;        // [vocab, hidden]
   DType kv_dtype_ = DType::F32;
+  WeightScheme weights_ = WeightScheme::Native;
   std::vector<float> markov_w1_;   // [vocab, rank], empty without a Markov head
   kernels::Linear markov_w2_;      // [vocab, rank]: bias = W2 * W1[parent]; unset without a Markov head
 

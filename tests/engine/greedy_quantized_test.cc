@@ -1,5 +1,5 @@
 // Greedy speculative output on a quantized target (--quantize q8_0 / q4_0 / q4_k_m) equals target-only greedy output on
-// that same quantized target, under every ISA variant this CPU supports. What it rests on: the integer GEMM gives
+// that same quantized target, under every ISA variant this CPU supports, with a native and a quantized drafter. What it rests on: the integer GEMM gives
 // a row the same bits whatever rows share the call (kernels/cpu/qgemm.h), so a tree row's logits equal the same
 // token decoded alone. Shapes are multiples of 32 (the quantized formats' block) except the 20-token vocabulary
 // (the lm_head's output rows), and the scheme is checked to have quantized every projection.
@@ -49,7 +49,10 @@ TEST_P(GreedyQuantized, SpeculativeEqualsTargetOnly) {
                               : scheme == WeightScheme::Q4_0 ? "q4_0 (projections Q4_0, lm_head Q8_0)"
                                                              : "q4_k_m (projections Q4_K+Q6_K, lm_head Q6_K)";
     ASSERT_EQ(target->weight_format(), want_format);
-    auto drafter = Drafter::load(dir + "/drafter", target->config());
+    // The second seed quantizes the drafter too (--drafter-quantize): any q keeps greedy output the target's.
+    const WeightScheme drafter_scheme = seed == 32 ? scheme : WeightScheme::Native;
+    auto drafter = Drafter::load(dir + "/drafter", target->config(), drafter_scheme);
+    ASSERT_EQ(drafter->weight_format(), weight_scheme_name(drafter_scheme));
     Generator plain(*target, nullptr);
     Generator spec_gen(*target, drafter.get(), spec_decode::Calibration{1.3, 0.4});
     for (int p = 0; p < 3; ++p) {

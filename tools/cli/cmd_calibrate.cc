@@ -48,7 +48,7 @@ int cmd_calibrate(int argc, char** argv) {
     return app.exit(e);
   }
   if (out.empty()) out = drafter_dir + "/" + spec_decode::kCalibrationFileName;
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize, flags.drafter_quantize);
   flags.apply_threads(bundle.target->weight_bytes());
   bundle.set_kv_dtype(flags.kv_dtype);
   flags.apply_generation_config(bundle.generation_config);  // calibrate at the temperature generate would use

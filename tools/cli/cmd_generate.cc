@@ -139,7 +139,7 @@ int cmd_generate(int argc, char** argv) {
   }
   TS_CHECK(!(fixed_theta && flags.adaptive), "--fixed-theta and --adaptive-theta exclude each other");
 
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize, flags.drafter_quantize);
   if (bundle.target->weight_scheme() != WeightScheme::Native)
     std::fprintf(stderr, "treespark: target weights %s, %.1f MB per forward\n", bundle.target->weight_format().c_str(),
                  double(bundle.target->weight_bytes()) / 1e6);

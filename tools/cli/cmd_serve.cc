@@ -104,8 +104,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
   std::string kv_dtype = "auto";
   add_kv_dtype_option(app, &kv_dtype);
-  std::string quantize = "native";
+  std::string quantize = "native", drafter_quantize = "native";
   add_quantize_option(app, &quantize);
+  add_drafter_quantize_option(app, &drafter_quantize);
   app.add_flag("--log-requests", http.access_log, "one line per response on stderr");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
@@ -183,7 +184,7 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "treespark serve: listening on http://%s:%d (loading %s)\n", http.host.c_str(), port,
                model_dir.c_str());
 
-  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize);
+  ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   std::fprintf(stderr, "treespark serve: target weights %s, %.1f MB per forward\n",

@@ -36,6 +36,7 @@ void DecodeFlags::add_spec(CLI::App& app) {
   app.add_option("--node-cap", node_cap, "max draft nodes per round")->check(CLI::PositiveNumber);
   app.add_option("--branch-cap", branch_cap, "max children per node")->check(CLI::PositiveNumber);
   app.add_option("--draft-len", draft_len, "chain length (default: block_size - 1)");
+  add_drafter_quantize_option(app, &drafter_quantize);
   app.add_flag("--adaptive-theta", adaptive,
                "price each node with the target's cost curve L(b, k), measured at start-up and cached (load-adaptive "
                "theta; generate's default in tree mode)");
@@ -141,6 +142,20 @@ void add_quantize_option(CLI::App& app, std::string* choice) {
   app.add_option("--quantize", *choice,
                  "target weight format: native (the checkpoint's), q8_0, q4_0 or q4_k_m (quantized at load, round to nearest; "
                  "norms and embeddings stay as stored)")
+      ->check([](const std::string& v) {
+        try {
+          parse_weight_scheme(v);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
+}
+
+void add_drafter_quantize_option(CLI::App& app, std::string* choice) {
+  app.add_option("--drafter-quantize", *choice,
+                 "drafter weight format: native (default), q8_0, q4_0 or q4_k_m, quantized at load like --quantize; "
+                 "any format keeps speculation lossless, a coarser one only changes how many drafts are accepted")
       ->check([](const std::string& v) {
         try {
           parse_weight_scheme(v);

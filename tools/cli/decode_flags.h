@@ -28,7 +28,8 @@ struct DecodeFlags {
   bool fixed_calibration = false;    // --fixed-calibration: no online refit of the calibration's shift
   int threads = 0;
   std::string kv_dtype = "auto";     // auto | f32 | bf16 (ModelBundle::set_kv_dtype)
-  std::string quantize = "native";   // native | q8_0 | q4_0 (model/weight_plan.h)
+  std::string quantize = "native";   // native | q8_0 | q4_0 | q4_k_m (model/weight_plan.h)
+  std::string drafter_quantize = "native";  // the drafter's format (add_spec's --drafter-quantize)
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);
@@ -63,5 +64,7 @@ std::vector<int32_t> parse_ids(const std::string& text);
 void add_kv_dtype_option(CLI::App& app, std::string* choice);  // "1,2,3" or "1 2 3"
 // --quantize native|q8_0|q4_0|q4_k_m: the target's weight format, quantized at load (model/weight_plan.h).
 void add_quantize_option(CLI::App& app, std::string* choice);
+// --drafter-quantize native|q8_0|q4_0|q4_k_m: the drafter's weight format (model/drafter.h).
+void add_drafter_quantize_option(CLI::App& app, std::string* choice);
 
 }  // namespace ts::cli
