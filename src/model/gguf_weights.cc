@@ -1,6 +1,7 @@
 #include "model/gguf_weights.h"
 
 #include <cstring>
+#include <memory>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -56,37 +57,48 @@ const io::GgufTensor& GgufWeights::find(const std::string& hf_name, int64_t rows
   return t;
 }
 
-std::vector<uint8_t> GgufWeights::rows_in_hf_order(const io::GgufTensor& t, const std::string& hf_name) const {
-  std::vector<uint8_t> out(t.nbytes);
+void GgufWeights::rows_in_hf_order(const io::GgufTensor& t, uint8_t* out) const {
   const auto mapping = gguf_tensor_to_hf(t.name, arch_);
   if (mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) {
-    llama_rope_unpermute_rows(t.data, out.data(), t.rows(), t.row_bytes(), head_dim_);
+    llama_rope_unpermute_rows(t.data, out, t.rows(), t.row_bytes(), head_dim_);
   } else {
-    std::memcpy(out.data(), t.data, t.nbytes);
+    std::memcpy(out, t.data, t.nbytes);
   }
-  return out;
 }
 
-std::vector<float> GgufWeights::rows_as_f32(const io::GgufTensor& t, const std::string& hf_name) const {
-  const std::vector<uint8_t> rows = rows_in_hf_order(t, hf_name);
-  std::vector<float> out(size_t(t.numel()));
+void GgufWeights::rows_as_f32(const io::GgufTensor& t, float* out) const {
+  // The mapped bytes are read in place unless the rows must be un-permuted first (llama's q/k).
+  const auto mapping = gguf_tensor_to_hf(t.name, arch_);
+  std::vector<uint8_t> unpermuted;
+  const uint8_t* rows = t.data;
+  if (mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) {
+    unpermuted.resize(t.nbytes);
+    rows_in_hf_order(t, unpermuted.data());
+    rows = unpermuted.data();
+  }
+  const size_t n = size_t(t.numel());
   DType d;
   kernels::QuantType q;
   if (float_type(t.ggml_type, &d)) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (d == DType::F32) {
-        std::memcpy(&out[i], rows.data() + 4 * i, 4);
-      } else {
+    if (d == DType::F32) {
+      std::memcpy(out, rows, n * 4);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
         uint16_t h;
-        std::memcpy(&h, rows.data() + 2 * i, 2);
+        std::memcpy(&h, rows + 2 * i, 2);
         out[i] = d == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
       }
     }
   } else {
     kernels::quant_type_from_id(t.ggml_type, &q);
     for (int64_t r = 0; r < t.rows(); ++r)
-      kernels::ref::dequantize_row(q, rows.data() + r * t.row_bytes(), out.data() + r * t.cols(), t.cols());
+      kernels::ref::dequantize_row(q, rows + r * t.row_bytes(), out + r * t.cols(), t.cols());
   }
+}
+
+std::vector<float> GgufWeights::rows_as_f32(const io::GgufTensor& t) const {
+  std::vector<float> out(size_t(t.numel()));
+  rows_as_f32(t, out.data());
   return out;
 }
 
@@ -95,7 +107,7 @@ std::vector<float> GgufWeights::vector(const std::string& hf_name, int64_t n) co
   TS_CHECK(name, file_.path(), ": no GGUF name for tensor '", hf_name, "'");
   const io::GgufTensor& t = file_.tensor(*name);
   TS_CHECK(t.numel() == n, file_.path(), ": tensor '", t.name, "' has ", t.numel(), " values, the config needs ", n);
-  return rows_as_f32(find(hf_name, t.rows(), t.cols()), hf_name);
+  return rows_as_f32(find(hf_name, t.rows(), t.cols()));
 }
 
 kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, const std::vector<int64_t>& rows,
@@ -118,25 +130,31 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
     }
   }
   if (any_quant && all_same_quant && kernels::cpu::qgemm_supports(first) && in % kernels::block_values(first) == 0) {
-    std::vector<uint8_t> blocks;  // [total_rows][row bytes], Hugging Face row order
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const std::vector<uint8_t> r = rows_in_hf_order(*parts[i], hf_names[i]);
-      blocks.insert(blocks.end(), r.begin(), r.end());
+    size_t bytes = 0;
+    for (const io::GgufTensor* t : parts) bytes += t->nbytes;
+    std::unique_ptr<uint8_t[]> blocks(new uint8_t[bytes]);  // [total_rows][row bytes], Hugging Face row order
+    size_t at = 0;
+    for (const io::GgufTensor* t : parts) {
+      rows_in_hf_order(*t, blocks.get() + at);
+      at += t->nbytes;
     }
-    return kernels::Linear::from_blocks(blocks.data(), first, int(total_rows), int(in));
+    return kernels::Linear::from_blocks(blocks.get(), first, int(total_rows), int(in));
   }
-  std::vector<float> stacked;  // [total_rows, in]
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::vector<float> f = rows_as_f32(*parts[i], hf_names[i]);
-    stacked.insert(stacked.end(), f.begin(), f.end());
+  // Each part converted straight into its slice: no zero-filled buffers, no intermediate copies (a 2 GB file's
+  // load is mostly these passes over the weights).
+  std::unique_ptr<float[]> stacked(new float[size_t(total_rows) * size_t(in)]);  // [total_rows, in]
+  size_t at = 0;
+  for (const io::GgufTensor* t : parts) {
+    rows_as_f32(*t, stacked.get() + at);
+    at += size_t(t->numel());
   }
   if (any_quant) {
     requantized_.push_back(hf_names[0]);
-    return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), widest);
+    return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), widest);
   }
   if (const auto quant = plan.quant_for(role, int(in)))
-    return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), *quant);
-  return kernels::Linear(stacked.data(), DType::F32, int(total_rows), int(in), plan.compute);
+    return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), *quant);
+  return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), plan.compute);
 }
 
 io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const {
@@ -150,7 +168,7 @@ io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<
     ref.nbytes = t.nbytes;
     return ref;
   }
-  const std::vector<float> f = rows_as_f32(t, "model.embed_tokens.weight");  // [vocab, hidden]
+  const std::vector<float> f = rows_as_f32(t);  // [vocab, hidden]
   owned->resize(f.size());
   for (size_t i = 0; i < f.size(); ++i) (*owned)[i] = f32_to_bf16(f[i]);
   ref.dtype = DType::BF16;

@@ -36,8 +36,12 @@ class GgufWeights {
  private:
   const io::GgufTensor& find(const std::string& hf_name, int64_t rows, int64_t cols) const;
   // The tensor's rows in Hugging Face order: [rows][row_bytes].
-  std::vector<uint8_t> rows_in_hf_order(const io::GgufTensor& t, const std::string& hf_name) const;
-  std::vector<float> rows_as_f32(const io::GgufTensor& t, const std::string& hf_name) const;  // [rows, cols]
+  // The tensor's bytes in Hugging Face row order, written to out: [t.nbytes]. Straight from the mapping (one copy)
+  // unless the rows must be un-permuted.
+  void rows_in_hf_order(const io::GgufTensor& t, uint8_t* out) const;
+  // Its values as f32 in Hugging Face row order, written to out: [rows, cols].
+  void rows_as_f32(const io::GgufTensor& t, float* out) const;
+  std::vector<float> rows_as_f32(const io::GgufTensor& t) const;  // [rows, cols]
 
   const io::GgufFile& file_;
   std::string arch_;
