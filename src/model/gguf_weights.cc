@@ -1,5 +1,6 @@
 #include "model/gguf_weights.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -140,21 +141,33 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
     }
     return kernels::Linear::from_blocks(blocks.get(), first, int(total_rows), int(in));
   }
-  // Each part converted straight into its slice: no zero-filled buffers, no intermediate copies (a 2 GB file's
-  // load is mostly these passes over the weights).
-  std::unique_ptr<float[]> stacked(new float[size_t(total_rows) * size_t(in)]);  // [total_rows, in]
-  size_t at = 0;
-  for (const io::GgufTensor* t : parts) {
-    rows_as_f32(*t, stacked.get() + at);
-    at += size_t(t->numel());
+  // One F32 tensor in Hugging Face row order is packed straight from the mapping (GGUF aligns tensor data to at
+  // least 32 bytes). Otherwise each part is converted into its slice of one uninitialised buffer: no zero-filled
+  // buffers, no intermediate copies (a large file's load is mostly these passes over the weights).
+  const float* values = nullptr;  // [total_rows, in]
+  std::unique_ptr<float[]> stacked;
+  DType only;
+  const auto mapping = gguf_tensor_to_hf(parts[0]->name, arch_);
+  if (parts.size() == 1 && float_type(parts[0]->ggml_type, &only) && only == DType::F32 &&
+      !(mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) &&
+      reinterpret_cast<uintptr_t>(parts[0]->data) % alignof(float) == 0) {
+    values = reinterpret_cast<const float*>(parts[0]->data);
+  } else {
+    stacked.reset(new float[size_t(total_rows) * size_t(in)]);
+    size_t at = 0;
+    for (const io::GgufTensor* t : parts) {
+      rows_as_f32(*t, stacked.get() + at);
+      at += size_t(t->numel());
+    }
+    values = stacked.get();
   }
   if (any_quant) {
     requantized_.push_back(hf_names[0]);
-    return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), widest);
+    return kernels::Linear(values, DType::F32, int(total_rows), int(in), widest);
   }
   if (const auto quant = plan.quant_for(role, int(in)))
-    return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), *quant);
-  return kernels::Linear(stacked.get(), DType::F32, int(total_rows), int(in), plan.compute);
+    return kernels::Linear(values, DType::F32, int(total_rows), int(in), *quant);
+  return kernels::Linear(values, DType::F32, int(total_rows), int(in), plan.compute);
 }
 
 io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const {
