@@ -138,32 +138,28 @@ void add_kv_dtype_option(CLI::App& app, std::string* choice) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
+// CLI11 validator: "" for a weight scheme parse_weight_scheme accepts, else its error.
+static std::string weight_scheme_check(const std::string& v) {
+  try {
+    parse_weight_scheme(v);
+    return std::string();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+}
+
 void add_quantize_option(CLI::App& app, std::string* choice) {
   app.add_option("--quantize", *choice,
                  "target weight format: native (the checkpoint's), q8_0, q4_0 or q4_k_m (quantized at load, round to nearest; "
                  "norms and embeddings stay as stored)")
-      ->check([](const std::string& v) {
-        try {
-          parse_weight_scheme(v);
-          return std::string();
-        } catch (const Error& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(weight_scheme_check);
 }
 
 void add_drafter_quantize_option(CLI::App& app, std::string* choice) {
   app.add_option("--drafter-quantize", *choice,
                  "drafter weight format: native (default), q8_0, q4_0 or q4_k_m, quantized at load like --quantize; "
                  "any format keeps speculation lossless, a coarser one only changes how many drafts are accepted")
-      ->check([](const std::string& v) {
-        try {
-          parse_weight_scheme(v);
-          return std::string();
-        } catch (const Error& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(weight_scheme_check);
 }
 
 }  // namespace ts::cli
