@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
+#include "engine/test_subjects.h"
 #include "engine/tiny_pair.h"
 
 namespace ts {
@@ -100,41 +101,10 @@ void expect_logprobs_match(const GenerationResult& got, const Reference& ref, in
   }
 }
 
-struct Subject {
-  std::string name;
-  Pair pair;              // random tiny pair, or the shipped one
-  spec_decode::Calibration calibration;
-  std::vector<std::vector<int32_t>> prompts;
-};
-
-std::vector<Subject> subjects() {
-  std::vector<Subject> out;
-  Subject tiny{"random pair", make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 11),
-               spec_decode::Calibration{1.3, 0.4}, {{1, 5, 2, 9}, {3, 3, 6, 0, 17, 4, 12}}};
-  out.push_back(std::move(tiny));
-  const std::string dir = std::string(TS_SOURCE_DIR) + "/models/";
-  if (file_exists(dir + "treespark-target/config.json")) {
-    ModelBundle bundle = ModelBundle::load(dir + "treespark-target", dir + "treespark-drafter");
-    std::vector<std::vector<int32_t>> prompts;
-    for (const char* text : {"def fibonacci(n):\n", "import os\nimport sys\n\n"})
-      prompts.push_back(bundle.prompt_ids({}, text, false, false));
-    Subject shipped{"shipped pair", Pair{std::move(bundle.target), std::move(bundle.drafter)},
-                    bundle.calibration.lookup(0), prompts};
-    out.push_back(std::move(shipped));
-  }
-  return out;
-}
-
-GenerateOptions with_mode(GenerateOptions o, DecodeMode mode) {
-  o.mode = mode;
-  o.tree.theta = 0.02;
-  o.tree.node_cap = 16;
-  o.tree.branch_cap = 3;
-  o.tree.draft_len = 4;
-  return o;
-}
-
-constexpr DecodeMode kModes[] = {DecodeMode::None, DecodeMode::Chain, DecodeMode::Tree};
+using testing::kModes;
+using testing::Subject;
+using testing::subjects;
+using testing::with_mode;
 
 TEST(LogitEdits, MinusHundredBiasBansTheGreedyTokenInEveryMode) {
   for (Subject& s : subjects()) {
