@@ -95,6 +95,29 @@ void KVCache::read_row(int layer, int row, float* k, float* v) const {
   }
 }
 
+void KVCache::export_rows(int first, int n, uint8_t* out) const {
+  TS_CHECK(first >= 0 && n >= 0 && first + n <= length_, "KV export: rows [", first, ", ", first + n,
+           ") outside the ", length_, " committed rows");
+  const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;  // one head's rows
+  for (int l = 0; l < num_layers(); ++l)
+    for (const auto* layers : {&keys_, &values_})
+      for (int g = 0; g < kv_heads_; ++g, out += run)
+        std::memcpy(out, (*layers)[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
+}
+
+void KVCache::import_rows(int n, const uint8_t* in) {
+  TS_CHECK(pending_ == 0, "KV import with pending rows");
+  TS_CHECK(n >= 0 && length_ + n <= max_tokens_, "KV import: ", length_, " cached + ", n,
+           " rows exceeds the cache's ", max_tokens_, " rows");
+  reserve_rows(length_ + n);
+  const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;
+  for (int l = 0; l < num_layers(); ++l)
+    for (auto* layers : {&keys_, &values_})
+      for (int g = 0; g < kv_heads_; ++g, in += run)
+        std::memcpy((*layers)[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);
+  length_ += n;
+}
+
 void KVCache::move_row(int src, int dst) {
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_;
   for (auto* layers : {&keys_, &values_})

@@ -59,6 +59,13 @@ class KVCache {
   // Row `row` of one layer widened to f32 (tests, tools).  k, v: [kv_dim]
   void read_row(int layer, int row, float* k, float* v) const;
 
+  // Committed rows [first, first + n) of every layer as one byte run, bits unchanged (the prefix cache's block
+  // layout):  out: [num_layers, 2 (keys, values), kv_heads, n, head_dim] of dtype = n * bytes_per_row() bytes.
+  void export_rows(int first, int n, uint8_t* out) const;
+  // Appends n committed rows from export_rows' layout (the cache must have no pending rows). Throws ts::Error when
+  // length + n > max_tokens.
+  void import_rows(int n, const uint8_t* in);
+
   // Keeps pending rows `keep` (strictly increasing indices into the pending rows) and drops the others.
   void commit(const std::vector<int32_t>& keep);
   void commit_all();

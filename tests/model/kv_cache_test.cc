@@ -97,6 +97,39 @@ TEST_P(KVCacheLayout, RowsSurviveGrowthCommitsAndTruncation) {
   expect_holds(cache, want);
 }
 
+// The prefix cache copies blocks of committed rows out of one cache and into another: the bits survive, the rows
+// land after what the receiving cache already holds, in any order of growth.
+TEST_P(KVCacheLayout, ExportedRowsImportBitExactAfterExistingRows) {
+  std::mt19937 rng(7);
+  KVCache source(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  Rows rows = append(source, 90, rng);
+  source.commit_all();
+  const int64_t block_bytes = 16 * source.bytes_per_row();
+  std::vector<uint8_t> a(block_bytes), b(block_bytes);  // [layers, 2, heads, 16, head_dim] each
+  source.export_rows(16, 16, a.data());
+  source.export_rows(32, 16, b.data());
+  KVCache dest(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  Rows want = append(dest, 5, rng);
+  dest.commit_all();
+  dest.import_rows(16, a.data());
+  dest.import_rows(16, b.data());
+  want.insert(want.end(), rows.begin() + 16, rows.begin() + 48);
+  expect_holds(dest, want);
+  // Rows can follow an import (a prefill continues after its cached prefix).
+  Rows after = append(dest, 70, rng);
+  dest.commit_all();
+  want.insert(want.end(), after.begin(), after.end());
+  expect_holds(dest, want);
+  EXPECT_THROW(source.export_rows(80, 16, a.data()), Error);  // past the committed rows
+  dest.begin_append(1);
+  EXPECT_THROW(dest.import_rows(16, a.data()), Error);  // pending rows
+  dest.drop_pending();
+  KVCache small(kLayers, kHeads, kHeadDim, 20, GetParam());
+  small.import_rows(16, a.data());
+  EXPECT_THROW(small.import_rows(16, b.data()), Error);  // over max_tokens
+  EXPECT_EQ(small.length(), 16);
+}
+
 TEST_P(KVCacheLayout, BadRequestsThrowAndLoseNothing) {
   std::mt19937 rng(6);
   KVCache cache(kLayers, kHeads, kHeadDim, kMax, GetParam());
