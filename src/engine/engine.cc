@@ -3,7 +3,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <new>
+#include <string>
 
 #include "core/timer.h"
 #include "engine/engine_live.h"
@@ -72,6 +74,20 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
     sc.prior_tokens_per_round[c] = config_.prior_tokens_per_round[c];
   }
   metrics_.kv_budget_bytes = config_.kv_budget_bytes;
+  if (config_.prefix_cache) {
+    const int b = config_.prefix_block_tokens;
+    TS_CHECK(b >= 1 && b <= 4096, "prefix_block_tokens must be in [1, 4096], got ", b);
+    // Whatever changes a block's rows besides its tokens: the models' weights and shapes and the caches' dtypes.
+    const KVCache target_rows = target_.new_cache(1);
+    std::string identity = cat(t.architecture, ' ', t.num_layers, ' ', t.hidden_size, ' ', t.vocab_size, ' ',
+                               target_.weight_format(), ' ', dtype_name(target_rows.dtype()));
+    if (drafter_)
+      identity += cat(" drafter ", drafter_->weight_format(), ' ', dtype_name(drafter_->new_state(1).context.dtype()),
+                      ' ', drafter_->config().num_layers, ' ', drafter_->block_size());
+    prefix_cache_ = std::make_unique<PrefixCache>(b, std::hash<std::string>{}(identity));
+    metrics_.prefix_cache_block_tokens = b;
+    metrics_.prefix_cache_capacity_blocks = budget_rows / b;
+  }
   metrics_.spec_decode_num_accepted_tokens_per_pos.assign(std::max(0, sc.block_size), 0);
 }
 
@@ -158,6 +174,7 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   if (live->speculative) live->stats.accepted_at_depth.assign(drafter_->block_size() + 1, 0);
   live->t_add_ms = now_ms();
 
+  if (prefix_cache_) live->prompt_chain = prefix_cache_->chain(request.prompt.data(), int(request.prompt.size()));
   sched::SeqView v;
   v.id = id;
   v.prompt_len = int(request.prompt.size());
@@ -193,11 +210,114 @@ int Engine::num_waiting() const {
 
 int Engine::num_running() const { return int(sched_.seqs.size()) - num_waiting(); }
 
-void Engine::admit(Live& live) {
+std::vector<const PrefixCache::Block*> Engine::cache_hit(const Live& live) const {
+  if (!prefix_cache_) return {};
+  // At least the prompt's last token is computed: its logits give the first generated token.
+  const int n = int(live.request.prompt.size()) - 1;
+  return prefix_cache_->match(live.request.prompt.data(), n, live.prompt_chain, live.speculative);
+}
+
+void Engine::refresh_cached_prefixes() {
+  if (!prefix_cache_) return;
+  int looked = 0;
+  for (sched::SeqView& s : sched_.seqs) {
+    if (s.phase != sched::Phase::Waiting || s.cancelled) continue;
+    if (looked++ == config_.max_batch) break;  // admission stops earlier
+    s.prefilled = s.context_len = int(cache_hit(*live_.at(s.id)).size()) * prefix_cache_->block_tokens();
+  }
+}
+
+int64_t Engine::prefix_cache_limit_rows(const Live* leaving) const {
+  int64_t reserved = 0;
+  for (const auto& [id, live] : live_)
+    if (live->admitted && live.get() != leaving) reserved += live->reserve_rows;
+  return std::max<int64_t>(0, sched_.config.kv_budget_rows - reserved);
+}
+
+void Engine::admit_all(const std::vector<RequestId>& ids) {
+  // Pin every hit, make room for the new reservations (pinned blocks stay), copy, unpin, make room again.
+  std::vector<std::vector<const PrefixCache::Block*>> hits(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Live& live = *live_.at(ids[i]);
+    live.admitted = true;
+    hits[i] = cache_hit(live);
+    if (prefix_cache_) prefix_cache_->acquire(hits[i]);
+  }
+  if (prefix_cache_) prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Live& live = *live_.at(ids[i]);
+    try {
+      admit(live, hits[i]);
+    } catch (const std::bad_alloc&) {
+      fail(live, "out of memory allocating the KV cache");
+    } catch (const std::exception& e) {
+      fail(live, e.what());
+    }
+    if (prefix_cache_) prefix_cache_->release(hits[i]);
+  }
+  if (prefix_cache_) prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
+}
+
+void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit) {
   live.cache = target_.new_cache(live.reserve_rows);
   if (live.speculative) live.drafter_state = drafter_->new_state(live.context_rows);  // + block_size rows
   live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
   live.stats.queue_ms = now_ms() - live.t_add_ms;
+  const int prompt = int(live.request.prompt.size());
+  metrics_.prompt_tokens += prompt;
+  if (!prefix_cache_) return;
+  const int b = prefix_cache_->block_tokens();
+  for (const PrefixCache::Block* block : hit) {
+    live.cache.import_rows(b, block->target_rows.data());
+    if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
+  }
+  const sched::SeqView* view = nullptr;
+  for (const sched::SeqView& s : sched_.seqs)
+    if (s.id == live.id) view = &s;
+  TS_CHECK(view && view->prefilled == live.cache.length(), "prefix cache: request ", live.id, " planned from ",
+           view ? view->prefilled : -1, " cached tokens, found ", live.cache.length());
+  live.stats.cached_prompt_tokens = live.cache.length();
+  metrics_.prefix_cache_queries += prompt;
+  metrics_.prefix_cache_hits += live.cache.length();
+}
+
+void Engine::store_prefix(Live& live) {
+  if (!prefix_cache_ || live.finish == FinishReason::Error || live.cache.pending() > 0) return;
+  // The drafter's context must hold the rows it stores: taps waiting in the backlog enter it now (the work the
+  // next round would do, or the next turn's request would otherwise redo).
+  if (live.speculative) {
+    try {
+      flush_taps(live);
+    } catch (const std::exception&) {
+      return;  // a drafter failure here costs the cache its blocks, nothing else
+    }
+  }
+  const int n = live.cache.length();  // context tokens: the prompt, then the generated tokens fed back
+  std::vector<int32_t> context(live.request.prompt);
+  context.insert(context.end(), live.generated.begin(), live.generated.end());
+  context.resize(size_t(n));
+  const int b = prefix_cache_->block_tokens();
+  const int drafter_rows = live.speculative ? live.drafter_state.context.length() : 0;
+  std::vector<uint8_t> target_scratch, drafter_scratch;
+  auto target = [&](int i) {
+    target_scratch.resize(size_t(b) * live.cache.bytes_per_row());
+    live.cache.export_rows(i * b, b, target_scratch.data());
+    return std::pair<const uint8_t*, size_t>(target_scratch.data(), target_scratch.size());
+  };
+  auto drafter = [&](int i) {
+    if ((i + 1) * b > drafter_rows) return std::pair<const uint8_t*, size_t>(nullptr, 0);
+    const KVCache& c = live.drafter_state.context;
+    drafter_scratch.resize(size_t(b) * c.bytes_per_row());
+    c.export_rows(i * b, b, drafter_scratch.data());
+    return std::pair<const uint8_t*, size_t>(drafter_scratch.data(), drafter_scratch.size());
+  };
+  // The prompt's names were computed at add(); a context longer than the prompt is named afresh.
+  const std::vector<uint64_t> chain =
+      n <= int(live.request.prompt.size())
+          ? std::vector<uint64_t>(live.prompt_chain.begin(), live.prompt_chain.begin() + n / b)
+          : prefix_cache_->chain(context.data(), n);
+  prefix_cache_->store(context.data(), n, chain, prefix_cache_limit_rows(live.done() ? &live : nullptr), target,
+                       drafter);
 }
 
 void Engine::emit(Live& live, int32_t token, const float* logits) {
@@ -272,6 +392,7 @@ StepReport Engine::step() {
   const double t0 = now_ms();
   StepReport report;
   report.step = sched_.step;
+  refresh_cached_prefixes();
   const sched::Plan plan = sched::schedule(sched_);
   double sched_ms = now_ms() - t0;
 
@@ -282,16 +403,7 @@ StepReport Engine::step() {
     it->second->finish = FinishReason::Cancelled;
     deliver(*it->second);
   }
-  for (RequestId id : plan.admit) {
-    Live& live = *live_.at(id);
-    try {
-      admit(live);
-    } catch (const std::bad_alloc&) {
-      fail(live, "out of memory allocating the KV cache");
-    } catch (const std::exception& e) {
-      fail(live, e.what());
-    }
-  }
+  admit_all(plan.admit);
   run(plan, report, outcomes);
 
   const double t_update = now_ms();
@@ -306,7 +418,7 @@ StepReport Engine::step() {
     live_.erase(id);
   }
   for (const sched::SeqOutcome& o : outcomes) {
-    metrics_.prompt_tokens += o.prefilled;
+    metrics_.prompt_tokens_computed += o.prefilled;
     if (!o.finished) continue;
     auto it = live_.find(o.id);
     if (it == live_.end()) continue;
@@ -340,6 +452,10 @@ StepReport Engine::step() {
   metrics_.speculative_steps = sched_.speculative_steps;
   metrics_.probe_steps = sched_.probe_steps;
   if (config_.on_step) config_.on_step(report);
+  if (prefix_cache_) {
+    std::vector<KvCacheEvent> events = prefix_cache_->take_events();
+    if (!events.empty() && config_.on_kv_events) config_.on_kv_events(events);
+  }
   // The policy learns what a step really cost its requests: the step's callback (a server's bookkeeping, a log
   // line) included.
   seen.actual_ms = now_ms() - t0;
@@ -357,6 +473,7 @@ EngineMetrics Engine::metrics() const {
   m.tree_node_ms = node_work_ms_.estimate();
   m.kv_cache_usage_perc = budget > 0 ? double(used) / budget : 0;
   m.kv_reserved_perc = budget > 0 ? double(sched::reserved_rows(sched_)) / budget : 0;
+  m.prefix_cache_blocks = prefix_cache_ ? prefix_cache_->blocks() : 0;
   return m;
 }
 

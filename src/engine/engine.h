@@ -13,6 +13,7 @@
 //
 // KV memory is a budget: admission reserves each request's worst case (context limit + one round's tree rows, in
 // target + drafter bytes) so a burst of long prompts queues instead of running out of memory; usage is exposed.
+// The prefix cache's blocks share the budget: between steps, reservations plus cached blocks never exceed it.
 //
 // Not thread-safe: one thread calls add/cancel/step. async_engine.h wraps it for serving.
 #pragma once
@@ -26,7 +27,9 @@
 #include <vector>
 
 #include "engine/cost_model.h"
+#include "engine/kv_events.h"
 #include "engine/metrics.h"
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/drafter.h"
@@ -57,11 +60,20 @@ struct EngineConfig {
   // timings or on earlier requests -- and a seeded request's sample repeats, across restarts too, when it runs
   // alone under the same curve.
   bool deterministic_trees = false;
+  // The prefix cache (engine/prefix_cache.h): a request whose prompt starts with blocks of tokens that an earlier
+  // request's context held (a shared system prompt, the previous turns of a chat) copies their target KV rows and
+  // drafter context rows instead of computing them. Blocks of prefix_block_tokens tokens; they live in the KV
+  // budget beside the admitted requests' reservations and are evicted least recently used to make room.
+  bool prefix_cache = true;
+  int prefix_block_tokens = 16;
   // Edge calibration per temperature (a request's options.calibration overrides it).
   spec_decode::CalibrationTable calibration;
   // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping
   // thread; for logs and plots of the policy.
   std::function<void(const StepReport&)> on_step;
+  // Called at the end of a step in which the prefix cache stored or removed blocks (kv_events.h), on the stepping
+  // thread, events in the order they happened; for prefix-aware routers (`serve --kv-events`).
+  std::function<void(const std::vector<KvCacheEvent>&)> on_kv_events;
 };
 
 class Engine {
@@ -98,6 +110,7 @@ class Engine {
   StepReport step();
 
   EngineMetrics metrics() const;
+  const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }  // null when off
 
   // KV bytes one token row costs (target + drafter caches), and the budget in rows.
   int64_t kv_bytes_per_row() const { return kv_bytes_per_row_; }
@@ -108,7 +121,15 @@ class Engine {
 
   struct Item;   // one request's work in a step (engine_run.cc)
 
-  void admit(Live& live);
+  // Admission of the plan's requests: each gets its caches, with the rows of its prefix-cache hit copied in.
+  void admit_all(const std::vector<RequestId>& ids);
+  void admit(Live& live, const std::vector<const PrefixCache::Block*>& hit);
+  // The prefix cache's part of the step: what each waiting request would find there (its SeqView's prefilled),
+  // storing a request's whole blocks (after its prompt, and when it ends), and the row limit it keeps to.
+  std::vector<const PrefixCache::Block*> cache_hit(const Live& live) const;
+  void refresh_cached_prefixes();
+  void store_prefix(Live& live);
+  int64_t prefix_cache_limit_rows(const Live* leaving) const;
   // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.
   void run(const sched::Plan& plan, StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
   // run()'s phases, in order.
@@ -144,6 +165,7 @@ class Engine {
   RequestId next_id_ = 1;
   EngineMetrics metrics_;
   std::unique_ptr<Runner> runner_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when off
 };
 
 }  // namespace ts

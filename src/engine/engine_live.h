@@ -24,6 +24,9 @@ struct Engine::Live {
   spec_decode::TreeParams tree;         // expansion parameters (mode and branch cap fixed for Chain, temperature set)
   spec_decode::OnlineCalibration calibration;  // the request's (or the engine's) calibration, refitted as it decodes
 
+  std::vector<uint64_t> prompt_chain;  // the prefix cache's names of the prompt's whole blocks (empty when off)
+  bool admitted = false;
+
   // Allocated at admission.
   KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back
   DrafterState drafter_state;

@@ -173,6 +173,9 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   }
   // The next anchor needs a position inside the context limit.
   if (!live.done() && live.cache.length() + 1 > live.max_context) live.finish = FinishReason::Length;
+  // The prefix cache keeps the prompt's blocks once it is in (for requests that share it while this one runs) and
+  // the whole context's when the request ends (for the next turn of a chat).
+  if ((item.kind == Item::Prefill && item.prefill.last) || live.done()) store_prefix(live);
 }
 
 void Engine::draft_blocks(const std::vector<Item*>& spec_items) {

@@ -61,9 +61,18 @@ struct EngineMetrics {
   double kv_cache_usage_perc = 0; // KV rows in use (committed + pending) / KV budget rows, in [0, 1]
   double kv_reserved_perc = 0;    // KV rows reserved by admitted requests / budget (what admission checks)
   int64_t kv_budget_bytes = 0;
+  // The prefix cache's configuration (vLLM cache_config_info: block size, blocks) and what it holds now; all 0
+  // when it is off. prefix_cache_blocks counts within the KV budget with the admitted requests' reservations.
+  int prefix_cache_block_tokens = 0;
+  int64_t prefix_cache_capacity_blocks = 0;  // the budget in blocks
+  int64_t prefix_cache_blocks = 0;
 
   // Counters since start.
-  int64_t prompt_tokens = 0;      // prompt tokens prefilled (vLLM prompt_tokens_total)
+  int64_t prompt_tokens = 0;      // prompt tokens of admitted requests, cached or not (vLLM prompt_tokens_total)
+  int64_t prompt_tokens_computed = 0;  // of which prefilled by the target (not served from the prefix cache)
+  // Prefix cache (engine/prefix_cache.h), in tokens as vLLM counts them: the prompt tokens of admitted requests
+  // (queries) and those whose KV rows came from the cache (hits). 0 with the cache off.
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int64_t generation_tokens = 0;  // tokens emitted (vLLM generation_tokens_total)
   int64_t requests_finished[5] = {0, 0, 0, 0, 0};  // indexed by FinishReason
   int64_t spec_decode_num_drafts = 0;           // speculative rounds

@@ -88,6 +88,7 @@ struct Request {
 // (the drafter forward, the target forward) counts fully for every request in it.
 struct RequestStats {
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;     // of which the prefix cache supplied (OpenAI usage.prompt_tokens_details.cached_tokens)
   int rounds = 0;                   // speculative rounds (a round = one draft + one verify)
   int target_forwards = 0;          // steps this request took part in (prefill chunks included)
   int generated_tokens = 0;

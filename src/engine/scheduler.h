@@ -53,7 +53,8 @@ struct SeqView {
   Phase phase = Phase::Waiting;
   bool cancelled = false;
   int prompt_len = 0;        // tokens
-  int prefilled = 0;         // prompt tokens already in the KV cache
+  int prefilled = 0;         // prompt tokens already in the KV cache; while Waiting, those the engine's prefix
+                             // cache would supply at admission (refreshed every step): prefill starts after them
   int context_len = 0;       // committed KV rows: prefilled prompt tokens + generated tokens fed back
   int max_context = 0;       // this request's context limit (prompt + generated), clamped by the engine
   int reserve_rows = 0;      // KV rows it may hold at once (context + one round's pending tree); reserved at admission

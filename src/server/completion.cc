@@ -146,7 +146,11 @@ std::string Completion::finish_reason() const {
 
 json Completion::usage() const {
   const int n = int(ids_.size());
-  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", n}, {"total_tokens", prompt_tokens_ + n}};
+  // OpenAI's prompt_tokens_details.cached_tokens: the prompt tokens the engine's prefix cache supplied.
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", n},
+          {"total_tokens", prompt_tokens_ + n},
+          {"prompt_tokens_details", {{"cached_tokens", stats_.cached_prompt_tokens}}}};
 }
 
 json Completion::timings() const {

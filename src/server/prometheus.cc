@@ -57,6 +57,17 @@ void render_vllm_engine(std::string& out, const std::string& L, const EngineMetr
   sample(out, "vllm:num_requests_waiting", L, m.num_requests_waiting);
   header(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
   sample(out, "vllm:kv_cache_usage_perc", L, m.kv_cache_usage_perc);
+  header(out, "vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.");
+  sample(out, "vllm:prefix_cache_queries_total", L, double(m.prefix_cache_queries));
+  header(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+  sample(out, "vllm:prefix_cache_hits_total", L, double(m.prefix_cache_hits));
+  header(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  sample(out, "vllm:cache_config_info",
+         L + ",block_size=\"" + std::to_string(m.prefix_cache_block_tokens) + "\",num_gpu_blocks=\"" +
+             std::to_string(m.prefix_cache_capacity_blocks) + "\",enable_prefix_caching=\"" +
+             (m.prefix_cache_block_tokens > 0 ? "True" : "False") + "\"",
+         1.0);
   header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.");
   sample(out, "vllm:spec_decode_num_drafts_total", L, double(m.spec_decode_num_drafts));
   header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
@@ -93,6 +104,10 @@ std::vector<Series> treespark_engine_series(const EngineMetrics& m) {
   return {
       {"kv_reserved_perc", "gauge", "KV rows reserved by admitted requests / the KV budget, 0..1.", m.kv_reserved_perc},
       {"kv_budget_bytes", "gauge", "KV memory all admitted requests may reserve together.", double(m.kv_budget_bytes)},
+      {"prefix_cache_blocks", "gauge", "Blocks the prefix cache holds (within the KV budget).",
+       double(m.prefix_cache_blocks)},
+      {"prompt_tokens_computed_total", "counter", "Prompt tokens prefilled by the target (not served from the prefix cache).",
+       double(m.prompt_tokens_computed)},
       {"spec_decode_tree_node_ms", "gauge", "Tree growth per draft node, as adaptive trees price it.", m.tree_node_ms},
       {"spec_decode_step_share", "gauge", "Decode steps in which some request speculated / decode steps.", share},
       {"last_step_batch", "gauge", "Requests decoding in the latest step.", double(s.batch)},

@@ -1,0 +1,169 @@
+#include "engine/prefix_cache.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ts {
+
+namespace {
+
+// 64-bit multiply-fold mixing (the wyhash family's step): fast, and every input bit reaches every output bit.
+inline uint64_t mix(uint64_t a, uint64_t b) {
+  const __uint128_t p = __uint128_t(a ^ 0xa0761d6478bd642fULL) * (b ^ 0xe7037ed1a0b428dbULL);
+  return uint64_t(p) ^ uint64_t(p >> 64);
+}
+
+uint64_t block_name(uint64_t parent, const int32_t* tokens, int n) {
+  uint64_t h = mix(parent, uint64_t(n));
+  for (int i = 0; i < n; i += 2) {
+    const uint64_t pair = uint64_t(uint32_t(tokens[i])) | (i + 1 < n ? uint64_t(uint32_t(tokens[i + 1])) << 32 : 0);
+    h = mix(h, pair);
+  }
+  return mix(h, 0x8ebc6af09c88c6e3ULL);
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(int block_tokens, uint64_t salt) : block_tokens_(block_tokens), salt_(salt) {
+  TS_CHECK(block_tokens >= 1, "prefix cache: block_tokens must be >= 1, got ", block_tokens);
+}
+
+std::vector<uint64_t> PrefixCache::chain(const int32_t* tokens, int n) const {
+  std::vector<uint64_t> names(size_t(std::max(0, n / block_tokens_)));
+  uint64_t parent = salt_;
+  for (size_t i = 0; i < names.size(); ++i) {
+    names[i] = block_name(parent, tokens + i * block_tokens_, block_tokens_);
+    parent = names[i];
+  }
+  return names;
+}
+
+PrefixCache::Block* PrefixCache::find(uint64_t name) {
+  auto it = blocks_.find(name);
+  return it == blocks_.end() ? nullptr : &it->second;
+}
+
+std::vector<const PrefixCache::Block*> PrefixCache::match(const int32_t* tokens, int n,
+                                                          const std::vector<uint64_t>& chain,
+                                                          bool need_drafter) const {
+  std::vector<const Block*> hit;
+  const int whole = std::min<int>(int(chain.size()), n / block_tokens_);
+  uint64_t parent_serial = 0;
+  for (int i = 0; i < whole; ++i) {
+    auto it = blocks_.find(chain[i]);
+    if (it == blocks_.end()) break;
+    const Block& b = it->second;
+    if (b.parent_serial != parent_serial || (need_drafter && b.drafter_rows.empty()) ||
+        !std::equal(b.tokens.begin(), b.tokens.end(), tokens + int64_t(i) * block_tokens_))
+      break;
+    hit.push_back(&b);
+    parent_serial = b.serial;
+  }
+  return hit;
+}
+
+void PrefixCache::touch(Block& b, uint64_t stamp) {
+  lru_.erase({b.last_use, b.serial});
+  b.last_use = stamp;
+  lru_[{b.last_use, b.serial}] = b.name;
+}
+
+void PrefixCache::acquire(const std::vector<const Block*>& blocks) {
+  const uint64_t stamp = clock_ + blocks.size() + 1;
+  clock_ = stamp + 1;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Block& b = *find(blocks[i]->name);
+    ++b.refs;
+    touch(b, stamp - i);
+  }
+}
+
+void PrefixCache::release(const std::vector<const Block*>& blocks) {
+  for (const Block* c : blocks) {
+    Block& b = *find(c->name);
+    TS_CHECK(b.refs > 0, "prefix cache: release of an unpinned block");
+    --b.refs;
+  }
+}
+
+PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows,
+                                        const uint8_t* target, size_t target_bytes, const uint8_t* drafter,
+                                        size_t drafter_bytes) {
+  evict_to(max_rows - block_tokens_);
+  if (rows() + block_tokens_ > max_rows) return nullptr;
+  Block& b = blocks_[name];
+  b.name = name;
+  b.serial = next_serial_++;
+  b.parent_serial = parent ? parent->serial : 0;
+  if (parent) b.parent_name = parent->name;
+  b.tokens.assign(tokens, tokens + block_tokens_);
+  b.target_rows.assign(target, target + target_bytes);
+  if (drafter) add_drafter_rows(b, drafter, drafter_bytes);
+  note_stored(b);
+  return &b;
+}
+
+void PrefixCache::add_drafter_rows(Block& b, const uint8_t* drafter, size_t bytes) {
+  b.drafter_rows.assign(drafter, drafter + bytes);
+}
+
+void PrefixCache::note_stored(const Block& b) {
+  // Consecutive blocks of one prefix go in one BlockStored event, as vLLM batches a request's new blocks.
+  if (!events_.empty() && events_.back().kind == KvCacheEvent::Kind::BlockStored && b.parent_name &&
+      events_.back().block_hashes.back() == *b.parent_name) {
+    events_.back().block_hashes.push_back(b.name);
+    events_.back().token_ids.insert(events_.back().token_ids.end(), b.tokens.begin(), b.tokens.end());
+    return;
+  }
+  KvCacheEvent e;
+  e.kind = KvCacheEvent::Kind::BlockStored;
+  e.block_hashes = {b.name};
+  e.parent_block_hash = b.parent_name;
+  e.token_ids = b.tokens;
+  e.block_size = block_tokens_;
+  events_.push_back(std::move(e));
+}
+
+void PrefixCache::remove(Block& b) {
+  if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::BlockRemoved) {
+    events_.emplace_back();
+    events_.back().kind = KvCacheEvent::Kind::BlockRemoved;
+  }
+  events_.back().block_hashes.push_back(b.name);
+  lru_.erase({b.last_use, b.serial});
+  blocks_.erase(b.name);
+}
+
+void PrefixCache::evict_to(int64_t max_rows) {
+  for (auto it = lru_.begin(); it != lru_.end() && rows() > max_rows;) {
+    Block& b = *find(it->second);
+    ++it;  // remove() erases b's entry
+    if (b.refs == 0) remove(b);
+  }
+}
+
+void PrefixCache::clear() {
+  for (const auto& [name, b] : blocks_) TS_CHECK(b.refs == 0, "prefix cache: clear() with pinned blocks");
+  const bool had = !blocks_.empty();
+  blocks_.clear();
+  lru_.clear();
+  if (had) {
+    events_.emplace_back();
+    events_.back().kind = KvCacheEvent::Kind::AllBlocksCleared;
+  }
+}
+
+std::vector<const PrefixCache::Block*> PrefixCache::all() const {
+  std::vector<const Block*> out;
+  for (const auto& [name, b] : blocks_) out.push_back(&b);
+  return out;
+}
+
+std::vector<KvCacheEvent> PrefixCache::take_events() {
+  std::vector<KvCacheEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+}  // namespace ts

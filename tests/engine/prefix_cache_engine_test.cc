@@ -1,0 +1,214 @@
+// The prefix cache inside the engine, on the random tiny pair and the shipped pair: a request served from cached
+// blocks (a shared prompt prefix, or the previous turn's prompt and answer) emits the same tokens with bit-identical
+// logprobs as on an engine without the cache, in plain, chain and tree modes, greedy and seeded-sampled, with hits
+// on and off block boundaries; sampled trees keep the target distribution with a cached prefix; the cache stays
+// inside the KV budget beside the reservations; a cancelled request pins nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/engine.h"
+#include "engine/test_subjects.h"
+#include "engine/tiny_pair.h"
+
+namespace ts {
+namespace {
+
+using testing::make_pair;
+using testing::Pair;
+
+struct Output {
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprobs> logprobs;
+  RequestStats stats;
+  FinishReason finish = FinishReason::None;
+};
+
+EventCallback collect(Output* out) {
+  return [out](const RequestEvent& e) {
+    out->ids.insert(out->ids.end(), e.tokens.begin(), e.tokens.end());
+    out->logprobs.insert(out->logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    if (e.finish == FinishReason::None) return;
+    out->finish = e.finish;
+    out->stats = *e.stats;
+  };
+}
+
+Output run(Engine& engine, const std::vector<int32_t>& prompt, const RequestOptions& o) {
+  Output out;
+  engine.add({prompt, o}, collect(&out));
+  while (!engine.idle()) engine.step();
+  return out;
+}
+
+void expect_same(const Output& cached, const Output& cold, const std::string& what) {
+  ASSERT_EQ(cached.ids, cold.ids) << what;
+  ASSERT_EQ(cached.logprobs.size(), cold.logprobs.size()) << what;
+  for (size_t i = 0; i < cold.logprobs.size(); ++i) {
+    // Bit-identical: the same logits give the same floats.
+    EXPECT_EQ(cached.logprobs[i].logprob, cold.logprobs[i].logprob) << what << " token " << i;
+    EXPECT_EQ(cached.logprobs[i].top, cold.logprobs[i].top) << what << " token " << i;
+  }
+}
+
+RequestOptions options(DecodeMode mode, float temperature, uint64_t seed, int max_new) {
+  GenerateOptions o = testing::with_mode(GenerateOptions{}, mode);
+  o.max_new_tokens = max_new;
+  o.sampling.temperature = temperature;
+  o.sampling.seed = seed;
+  o.logprobs = 5;
+  return o;
+}
+
+// Turn 1 runs a prompt; turn 2 sends turn 1's prompt + answer + new tokens (a chat), and a third request shares only
+// a prefix of turn 1's prompt cut at `cut` tokens. Each is compared with the same request on a cold engine.
+void check_subject(testing::Subject& s, int block_tokens, DecodeMode mode, float temperature) {
+  const std::string what = s.name + ", blocks of " + std::to_string(block_tokens) + ", mode " +
+                           std::to_string(int(mode)) + ", T " + std::to_string(temperature);
+  EngineConfig warm_config, cold_config;
+  warm_config.prefix_block_tokens = block_tokens;
+  cold_config = warm_config;
+  cold_config.prefix_cache = false;
+  Engine warm(*s.pair.target, s.pair.drafter.get(), warm_config);
+  Engine cold(*s.pair.target, s.pair.drafter.get(), cold_config);
+  const int V = s.pair.target->config().vocab_size;
+  std::vector<int32_t> first = s.prompts[0];
+  while (first.size() < 37) first.push_back(int32_t((first.size() * 7 + 3) % (V - 1)));  // off block boundaries
+  auto options = [&](DecodeMode m, float temp, uint64_t seed, int max_new) {
+    RequestOptions o = ts::options(m, temp, seed, max_new);
+    o.calibration = s.calibration;
+    return o;
+  };
+  const RequestOptions o = options(mode, temperature, 17, 12);
+
+  const Output turn1 = run(warm, first, o);
+  EXPECT_EQ(turn1.stats.cached_prompt_tokens, 0) << what;
+  expect_same(turn1, run(cold, first, o), what + ", turn 1");
+
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), turn1.ids.begin(), turn1.ids.end());
+  for (int i = 0; i < 5; ++i) second.push_back(int32_t((i * 5 + 1) % (V - 1)));
+  const Output turn2 = run(warm, second, options(mode, temperature, 18, 12));
+  // The whole blocks of turn 1's context (its prompt and the answer tokens fed back) are reused.
+  const int context1 = int(first.size() + turn1.ids.size()) - 1;
+  EXPECT_EQ(turn2.stats.cached_prompt_tokens, context1 / block_tokens * block_tokens) << what;
+  EXPECT_GT(turn2.stats.cached_prompt_tokens, int(first.size()) / 2) << what;
+  expect_same(turn2, run(cold, second, options(mode, temperature, 18, 12)), what + ", turn 2");
+
+  for (int cut : {block_tokens * 2, block_tokens * 2 + 1}) {
+    std::vector<int32_t> third(first.begin(), first.begin() + cut);
+    third.push_back(int32_t(V - 2));
+    const Output shared = run(warm, third, options(mode, temperature, 19, 8));
+    EXPECT_EQ(shared.stats.cached_prompt_tokens, block_tokens * 2) << what << ", cut " << cut;
+    expect_same(shared, run(cold, third, options(mode, temperature, 19, 8)), what + ", cut " + std::to_string(cut));
+  }
+  const EngineMetrics m = warm.metrics();
+  EXPECT_GT(m.prefix_cache_hits, 0) << what;
+  EXPECT_EQ(m.prompt_tokens, m.prompt_tokens_computed + m.prefix_cache_hits) << what;
+  EXPECT_EQ(cold.metrics().prefix_cache_queries, 0) << what;
+}
+
+TEST(PrefixCacheEngine, CachedRequestsEqualColdOnesInEveryMode) {
+  for (testing::Subject& s : testing::subjects())
+    for (int block : {16, 5})
+      for (DecodeMode mode : testing::kModes)
+        for (float t : {0.0f, 0.8f}) check_subject(s, block, mode, t);
+}
+
+TEST(PrefixCacheEngine, SpeculatingRequestsReuseOnlyBlocksWithDrafterRows) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 12);
+  EngineConfig config;
+  config.prefix_block_tokens = 4;
+  Engine engine(*pair.target, pair.drafter.get(), config);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back(int32_t((i * 3 + 1) % 19));
+  RequestOptions plain = options(DecodeMode::None, 0, 1, 2), tree = options(DecodeMode::Tree, 0, 1, 2);
+  run(engine, prompt, plain);
+  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 20);
+  // The plain requests stored no drafter context: a speculating one computes it (and stores it for the next).
+  EXPECT_EQ(run(engine, prompt, tree).stats.cached_prompt_tokens, 0);
+  EXPECT_EQ(run(engine, prompt, tree).stats.cached_prompt_tokens, 20);
+  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 20);
+}
+
+TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 13);
+  EngineConfig config;
+  config.prefix_block_tokens = 4;
+  config.max_batch = 3;
+  config.prefill_chunk = 8;
+  Engine probe(*pair.target, pair.drafter.get(), config);
+  config.kv_budget_bytes = 400 * probe.kv_bytes_per_row();  // room for about 3 requests and a few blocks
+  Engine engine(*pair.target, pair.drafter.get(), config);
+  const double budget_rows = 400;
+  std::vector<Output> outs(40);
+  for (int r = 0; r < 40; ++r) {
+    std::vector<int32_t> prompt;
+    // A shared 12-token system prompt, then one of 8 user prompts (each sent 5 times).
+    for (int i = 0; i < 30 + r % 7; ++i) prompt.push_back(int32_t(i < 12 ? i : (i * (r % 8 + 1)) % 19));
+    RequestOptions o = options(r % 2 ? DecodeMode::Tree : DecodeMode::None, 0, 1, 20);
+    o.max_context = 80;
+    engine.add({prompt, o}, collect(&outs[r]));
+  }
+  RequestId cancelled = 0;
+  int steps = 0;
+  while (!engine.idle()) {
+    engine.step();
+    const EngineMetrics m = engine.metrics();
+    ASSERT_LE(m.kv_reserved_perc * budget_rows + double(m.prefix_cache_blocks * 4), budget_rows + 1e-6)
+        << "step " << steps;
+    if (++steps == 3) {  // one request mid-prefill: cancel it
+      Output dummy;
+      std::vector<int32_t> longp(60, 3);
+      RequestOptions o = options(DecodeMode::Tree, 0, 1, 5);
+      cancelled = engine.add({longp, o}, collect(&dummy));
+    }
+    if (steps == 200) engine.cancel(cancelled);
+  }
+  for (const Output& o : outs) EXPECT_NE(o.finish, FinishReason::Error);
+  EXPECT_GT(engine.metrics().prefix_cache_hits, 0);
+  EXPECT_GT(engine.metrics().prefix_cache_blocks, 0);
+  // Nothing stays pinned: every block can be evicted.
+  for (const PrefixCache::Block* b : engine.prefix_cache()->all()) EXPECT_EQ(b->refs, 0);
+}
+
+// The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
+// after the first (blocks of 2 tokens): the continuations still follow the target distribution.
+TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) {
+  Pair pair = make_pair(/*vocab=*/8, /*hidden=*/32, /*layers=*/1, /*block=*/4, DType::F32, 79);
+  const std::vector<int32_t> prompt = {1, 5, 2, 6, 3};
+  RequestOptions o;
+  o.max_new_tokens = 3;
+  o.sampling.temperature = 1.0f;
+  o.mode = DecodeMode::Tree;
+  o.tree.theta = 0;
+  o.tree.node_cap = 6;
+  o.tree.branch_cap = 3;
+  std::map<std::vector<int32_t>, double> exact, count;
+  testing::exact_continuations(*pair.target, prompt, 3, o.sampling, &exact);
+  ASSERT_GT(exact.size(), 20u);
+  EngineConfig config;
+  config.prefix_block_tokens = 2;
+  Engine engine(*pair.target, pair.drafter.get(), config);
+  const int N = 6000;
+  for (int i = 0; i < N; ++i) {
+    o.sampling.seed = 9000 + i;
+    Output out = run(engine, prompt, o);
+    ASSERT_EQ(out.ids.size(), 3u);
+    if (i > 0) ASSERT_EQ(out.stats.cached_prompt_tokens, 4);
+    count[out.ids] += 1.0 / N;
+  }
+  double bound = 0, tv = 0;
+  for (auto& [s, p] : exact) {
+    bound += 0.5 * std::sqrt(p * (1 - p) / N);
+    tv += 0.5 * std::fabs(p - count[s]);
+  }
+  for (auto& [s, q] : count)
+    if (!exact.count(s)) tv += 0.5 * q;
+  std::printf("cached prefix, T=1: TV %.4f bound %.4f\n", tv, 1.5 * bound + 0.01);
+  EXPECT_LT(tv, 1.5 * bound + 0.01);
+}
+
+}  // namespace
+}  // namespace ts

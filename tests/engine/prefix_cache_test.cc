@@ -1,0 +1,199 @@
+// The prefix cache alone (no model): block names, matching, pins, LRU eviction under a row limit, and the events
+// it queues for routers.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/prefix_cache.h"
+
+namespace ts {
+namespace {
+
+constexpr int kBlock = 4;
+
+std::vector<int32_t> tokens(int n, int32_t first = 100) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+// Rows of block i: bytes that say which context and block they came from.
+struct FakeRows {
+  uint8_t tag;
+  std::vector<uint8_t> scratch;
+  std::pair<const uint8_t*, size_t> operator()(int i) {
+    scratch.assign(8, uint8_t(tag * 16 + i));
+    return {scratch.data(), scratch.size()};
+  }
+};
+struct NoRows {
+  std::pair<const uint8_t*, size_t> operator()(int) const { return {nullptr, 0}; }
+};
+
+int store(PrefixCache& cache, const std::vector<int32_t>& t, uint8_t tag, int64_t max_rows = 1 << 20,
+          bool drafter = false) {
+  const auto chain = cache.chain(t.data(), int(t.size()));
+  if (drafter) return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{tag}, FakeRows{uint8_t(tag + 8)});
+  return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{tag}, NoRows{});
+}
+
+int matched(const PrefixCache& cache, const std::vector<int32_t>& t, bool need_drafter = false) {
+  return int(cache.match(t.data(), int(t.size()), cache.chain(t.data(), int(t.size())), need_drafter).size());
+}
+
+TEST(PrefixCache, EqualPrefixesShareNamesAndOneTokenChangesTheRest) {
+  PrefixCache cache(kBlock, 7);
+  const auto a = tokens(13), b = tokens(13);
+  auto c = tokens(13);
+  c[5] = 9;  // block 1
+  const auto na = cache.chain(a.data(), 13), nb = cache.chain(b.data(), 13), nc = cache.chain(c.data(), 13);
+  ASSERT_EQ(na.size(), 3u);  // whole blocks only
+  EXPECT_EQ(na, nb);
+  EXPECT_EQ(nc[0], na[0]);
+  EXPECT_NE(nc[1], na[1]);
+  EXPECT_NE(nc[2], na[2]);  // the chain carries the difference forward
+  // The same tokens under another salt (another weight format) are other blocks.
+  PrefixCache other(kBlock, 8);
+  EXPECT_NE(other.chain(a.data(), 13)[0], na[0]);
+  // A block's name depends on its position in the chain, not only on its tokens.
+  std::vector<int32_t> repeat(8, 5);
+  const auto nr = cache.chain(repeat.data(), 8);
+  EXPECT_NE(nr[0], nr[1]);
+}
+
+TEST(PrefixCache, MatchReturnsTheLeadingHeldBlocksWithTheirRows) {
+  PrefixCache cache(kBlock, 1);
+  EXPECT_EQ(store(cache, tokens(10), 1), 2);  // 2 whole blocks
+  EXPECT_EQ(cache.rows(), 8);
+  EXPECT_EQ(store(cache, tokens(10), 2), 0);  // already held
+  auto longer = tokens(17);
+  const auto hit = cache.match(longer.data(), 17, cache.chain(longer.data(), 17), false);
+  ASSERT_EQ(hit.size(), 2u);
+  EXPECT_EQ(hit[0]->target_rows[0], 1 * 16 + 0);  // the first storer's rows
+  EXPECT_EQ(hit[1]->target_rows[0], 1 * 16 + 1);
+  auto diverged = tokens(17);
+  diverged[6] = 0;
+  EXPECT_EQ(matched(cache, diverged), 1);
+  diverged[0] = 0;
+  EXPECT_EQ(matched(cache, diverged), 0);
+  // A query shorter than a block matches nothing.
+  EXPECT_EQ(matched(cache, tokens(3)), 0);
+}
+
+TEST(PrefixCache, DrafterRowsAreNeededOnlyBySpeculatingRequestsAndAddedLater) {
+  PrefixCache cache(kBlock, 1);
+  store(cache, tokens(12), 1);  // a plain request: target rows only
+  EXPECT_EQ(matched(cache, tokens(12)), 3);
+  EXPECT_EQ(matched(cache, tokens(12), true), 0);
+  store(cache, tokens(8), 2, 1 << 20, true);  // a speculating one adds drafter rows to the first two
+  EXPECT_EQ(matched(cache, tokens(12), true), 2);
+  const auto t = tokens(12);
+  const auto hit = cache.match(t.data(), 12, cache.chain(t.data(), 12), true);
+  EXPECT_EQ(hit[0]->target_rows[0], 1 * 16);  // target rows stay the first storer's
+  EXPECT_EQ(hit[0]->drafter_rows[0], 10 * 16);
+}
+
+TEST(PrefixCache, EvictionIsLeastRecentlyUsedFromThePrefixEndAndSparesPinnedBlocks) {
+  PrefixCache cache(kBlock, 1);
+  const auto a = tokens(8, 100), b = tokens(8, 200), c = tokens(8, 300);
+  store(cache, a, 1);
+  store(cache, b, 2);
+  store(cache, c, 3);
+  EXPECT_EQ(cache.blocks(), 6);
+  // a used again: b is now the least recently used.
+  auto hit_a = cache.match(a.data(), 8, cache.chain(a.data(), 8), false);
+  cache.acquire(hit_a);
+  cache.release(hit_a);
+  cache.evict_to(20);  // one block goes: b's second
+  EXPECT_EQ(matched(cache, b), 1);
+  EXPECT_EQ(matched(cache, a), 2);
+  EXPECT_EQ(matched(cache, c), 2);
+  // Pinned blocks stay whatever the pressure; the limit is met as far as unpinned blocks allow.
+  auto hit_c = cache.match(c.data(), 8, cache.chain(c.data(), 8), false);
+  cache.acquire(hit_c);
+  cache.evict_to(0);
+  EXPECT_EQ(cache.blocks(), 2);
+  EXPECT_EQ(matched(cache, c), 2);
+  EXPECT_EQ(hit_c[0]->refs, 1);
+  cache.release(hit_c);
+  EXPECT_EQ(hit_c[0]->refs, 0);  // references return to zero
+  EXPECT_THROW(cache.release(hit_c), Error);
+  cache.evict_to(0);
+  EXPECT_EQ(cache.blocks(), 0);
+}
+
+TEST(PrefixCache, StoringRespectsTheRowLimitAndNeverEvictsItsOwnPrefix) {
+  PrefixCache cache(kBlock, 1);
+  store(cache, tokens(8, 100), 1);
+  // Limit 12 rows: storing 4 blocks of a new prefix evicts the old prefix, then stops at the limit.
+  EXPECT_EQ(store(cache, tokens(16, 500), 2, 12), 3);
+  EXPECT_EQ(cache.rows(), 12);
+  EXPECT_EQ(matched(cache, tokens(8, 100)), 0);
+  EXPECT_EQ(matched(cache, tokens(16, 500)), 3);
+  // With everything pinned nothing new is stored.
+  const auto t = tokens(16, 500);
+  auto hit = cache.match(t.data(), 16, cache.chain(t.data(), 16), false);
+  cache.acquire(hit);
+  EXPECT_EQ(store(cache, tokens(8, 900), 3, 12), 0);
+  cache.release(hit);
+}
+
+TEST(PrefixCache, AnOrphanedBlockNeverMatchesUnderANewParent) {
+  PrefixCache cache(kBlock, 1);
+  const auto t = tokens(8);
+  store(cache, t, 1);
+  auto hit = cache.match(t.data(), 8, cache.chain(t.data(), 8), false);
+  std::vector<const PrefixCache::Block*> second = {hit[1]};
+  cache.acquire(second);
+  cache.evict_to(4);  // the first block goes, the pinned second stays
+  cache.release(second);
+  EXPECT_EQ(cache.blocks(), 1);
+  EXPECT_EQ(matched(cache, t), 0);
+  // Storing the prefix again makes a new first block; the old second was computed under the old one and is not
+  // trusted (the store stops there), so only the first matches.
+  store(cache, t, 2);
+  EXPECT_EQ(matched(cache, t), 1);
+}
+
+TEST(PrefixCache, EventsNameStoredAndRemovedBlocksInOrder) {
+  PrefixCache cache(kBlock, 1);
+  const auto t = tokens(12);
+  const auto names = cache.chain(t.data(), 12);
+  store(cache, tokens(8), 1);
+  store(cache, t, 1);  // adds the third block, parent the second
+  store(cache, tokens(8, 500), 1);  // another prefix
+  auto events = cache.take_events();
+  ASSERT_EQ(events.size(), 2u);
+  // Blocks that extend the previous event's chain join it (one event per prefix stored, as vLLM sends a request's).
+  EXPECT_EQ(events[0].kind, KvCacheEvent::Kind::BlockStored);
+  EXPECT_EQ(events[0].block_hashes, names);
+  EXPECT_FALSE(events[0].parent_block_hash.has_value());
+  EXPECT_EQ(events[0].token_ids, t);
+  EXPECT_EQ(events[0].block_size, kBlock);
+  const auto other = tokens(8, 500);
+  EXPECT_EQ(events[1].block_hashes, cache.chain(other.data(), 8));
+  EXPECT_FALSE(events[1].parent_block_hash.has_value());
+  EXPECT_EQ(events[1].token_ids, other);
+  EXPECT_TRUE(cache.take_events().empty());
+  // A block stored under a held parent names it.
+  auto longer = tokens(16, 500);
+  store(cache, longer, 1);
+  events = cache.take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].parent_block_hash, cache.chain(other.data(), 8)[1]);
+  EXPECT_EQ(events[0].token_ids, std::vector<int32_t>(longer.begin() + 8, longer.end()));
+  cache.evict_to(cache.rows() - 8);  // the first prefix is the least recently used: its last two blocks go
+  events = cache.take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvCacheEvent::Kind::BlockRemoved);
+  EXPECT_EQ(events[0].block_hashes, std::vector<uint64_t>({names[2], names[1]}));
+  cache.clear();
+  events = cache.take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvCacheEvent::Kind::AllBlocksCleared);
+}
+
+}  // namespace
+}  // namespace ts
