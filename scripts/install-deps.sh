@@ -3,9 +3,10 @@
 # are present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ca-certificates libpcre2-dev libicu-dev nlohmann-json3-dev libcli11-dev
-      libcpp-httplib-dev libboost-dev
+      libcpp-httplib-dev libboost-dev libzmq3-dev
       libgtest-dev libgmock-dev clang-14 libclang-rt-14-dev
-      git python3-numpy python3-yaml)  # the GGUF tokenizer tests write their files with llama.cpp's gguf-py
+      git python3-numpy python3-yaml  # the GGUF tokenizer tests write their files with llama.cpp's gguf-py
+      python3-msgpack python3-zmq)  # the KV-event test's independent msgpack decoder; a Python subscriber by hand
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
+#include "server/kv_events.h"
 #include "server/model_setup.h"
 
 namespace ts::cli {
@@ -123,6 +125,13 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--fixed-theta", spec.fixed_theta, "no load-adaptive policy: every round uses --theta");
   app.add_option("--cost-curve", spec.cost_curve,
                  "cost model JSON (engine/cost_curve.h: write_cost_model; default: measured at start-up)");
+  std::string kv_events_endpoint, kv_events_topic;
+  CLI::Option* kv_events_flag =
+      app.add_option("--kv-events", kv_events_endpoint,
+                     "publish KV-cache events (vLLM's schema) on a ZeroMQ PUB socket, e.g. tcp://*:5557");
+  app.add_option("--kv-events-topic", kv_events_topic,
+                 "topic of the published KV-cache events (default empty; llm-d's subscribers expect kv@POD@MODEL)")
+      ->needs(kv_events_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -177,6 +186,17 @@ int cmd_serve(int argc, char** argv) {
     if (files.rlim_cur < rlim_t(http.limits.max_connections) + 64)
       std::fprintf(stderr, "treespark serve: only %llu open files allowed; --max-connections %d will not be reached\n",
                    (unsigned long long)files.rlim_cur, http.limits.max_connections);
+  }
+  // Bound before the HTTP port and the load, so a bad endpoint stops start-up at once; after the signal mask, so
+  // libzmq's threads inherit it; declared before the engine that calls it, so it outlives it.
+  std::unique_ptr<server::KvEventPublisher> kv_events;
+  if (!kv_events_endpoint.empty()) {
+    kv_events = std::make_unique<server::KvEventPublisher>(kv_events_endpoint, kv_events_topic);
+    engine.on_kv_events = [publisher = kv_events.get()](const std::vector<KvCacheEvent>& events) {
+      publisher->publish(events);
+    };
+    std::fprintf(stderr, "treespark serve: KV-cache events on %s, topic '%s'\n", kv_events->endpoint().c_str(),
+                 kv_events_topic.c_str());
   }
   server::HttpServer server(http);
   const int port = server.bind();
