@@ -86,6 +86,12 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--prefill-chunk", engine.prefill_chunk, "prompt tokens prefilled per step")->check(CLI::PositiveNumber);
   app.add_option("--kv-budget-mb", kv_budget_mb, "KV memory all requests share (0: max-batch x max-context)");
+  bool no_prefix_cache = false;
+  app.add_flag("--no-prefix-cache", no_prefix_cache,
+               "do not reuse the KV rows of prompt prefixes (system prompts, earlier chat turns) across requests");
+  app.add_option("--prefix-block-tokens", engine.prefix_block_tokens,
+                 "tokens per prefix-cache block (reuse is in whole blocks)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--served-model-name", name, "the model id clients use (default: the target folder's name)");
   app.add_option("--max-body-bytes", http.limits.max_body_bytes, "larger request bodies (chunked too) get 413");
   app.add_option("--max-connections", http.limits.max_connections,
@@ -145,6 +151,7 @@ int cmd_serve(int argc, char** argv) {
   http.max_batch = engine.max_batch;
   http.max_queue = engine.max_queue;
   if (kv_budget_mb > 0) engine.kv_budget_bytes = int64_t(kv_budget_mb) << 20;
+  engine.prefix_cache = !no_prefix_cache;
   engine.deterministic_trees = deterministic_trees;
   if (log_level == "debug") engine.on_step = log_policy_step;
 
