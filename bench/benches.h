@@ -8,6 +8,7 @@ int bench_tokenize(int argc, char** argv);  // bench/bench_tokenize.cc: encode t
 int bench_spec(int argc, char** argv);      // bench/bench_spec.cc: none / chain / trees / TreeSpark
 int bench_serve(int argc, char** argv);     // bench/bench_serve.cc: Poisson load on a live server (+ simulate)
 int bench_engine(int argc, char** argv);    // bench/bench_engine.cc: batched engine throughput by concurrency
-int bench_round(int argc, char** argv);     // bench/bench_round.cc: one round's phases (draft, tree, target, walk)
+int bench_round(int argc, char** argv);
+int bench_prefix(int argc, char** argv);    // bench/bench_prefix.cc: the prefix cache on and off     // bench/bench_round.cc: one round's phases (draft, tree, target, walk)
 
 }  // namespace ts::bench

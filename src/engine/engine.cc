@@ -219,12 +219,44 @@ std::vector<const PrefixCache::Block*> Engine::cache_hit(const Live& live) const
 
 void Engine::refresh_cached_prefixes() {
   if (!prefix_cache_) return;
+  const double t0 = now_ms();
+  const int b = prefix_cache_->block_tokens();
   int looked = 0;
   for (sched::SeqView& s : sched_.seqs) {
-    if (s.phase != sched::Phase::Waiting || s.cancelled) continue;
-    if (looked++ == config_.max_batch) break;  // admission stops earlier
-    s.prefilled = s.context_len = int(cache_hit(*live_.at(s.id)).size()) * prefix_cache_->block_tokens();
+    if (s.cancelled) continue;
+    Live& live = *live_.at(s.id);
+    if (s.phase == sched::Phase::Waiting) {
+      if (looked++ == config_.max_batch) break;  // admission stops earlier
+      s.prefilled = s.context_len = int(cache_hit(live).size()) * b;
+    } else if (s.phase == sched::Phase::Prefill && !live.prefill_started && !live.done()) {
+      // Admitted beside a request that shares its prefix and is prefilling it now (a burst of requests with one
+      // system prompt): the blocks that request stored since take this one's prefill further. Its cache holds
+      // only copied blocks so far; the new ones follow them.
+      const std::vector<const PrefixCache::Block*> hit = cache_hit(live);
+      const int held = live.cache.length() / b;
+      if (int(hit.size()) <= held) continue;
+      const std::vector<const PrefixCache::Block*> more(hit.begin() + held, hit.end());
+      prefix_cache_->acquire(more);
+      try {
+        import_blocks(live, more);
+      } catch (const std::exception& e) {
+        fail(live, e.what());
+      }
+      prefix_cache_->release(more);
+      s.prefilled = s.context_len = live.cache.length();
+    }
   }
+  metrics_.prefix_cache_ms_total += now_ms() - t0;
+}
+
+void Engine::import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
+  const int b = prefix_cache_->block_tokens();
+  for (const PrefixCache::Block* block : blocks) {
+    live.cache.import_rows(b, block->target_rows.data());
+    if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
+  }
+  live.stats.cached_prompt_tokens = live.cache.length();
+  metrics_.prefix_cache_hits += int64_t(blocks.size()) * b;
 }
 
 int64_t Engine::prefix_cache_limit_rows(const Live* leaving) const {
@@ -236,6 +268,7 @@ int64_t Engine::prefix_cache_limit_rows(const Live* leaving) const {
 
 void Engine::admit_all(const std::vector<RequestId>& ids) {
   // Pin every hit, make room for the new reservations (pinned blocks stay), copy, unpin, make room again.
+  const double t0 = now_ms();
   std::vector<std::vector<const PrefixCache::Block*>> hits(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     Live& live = *live_.at(ids[i]);
@@ -255,7 +288,10 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
     }
     if (prefix_cache_) prefix_cache_->release(hits[i]);
   }
-  if (prefix_cache_) prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
+  if (prefix_cache_) {
+    prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
+    metrics_.prefix_cache_ms_total += now_ms() - t0;
+  }
 }
 
 void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit) {
@@ -266,19 +302,13 @@ void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit
   const int prompt = int(live.request.prompt.size());
   metrics_.prompt_tokens += prompt;
   if (!prefix_cache_) return;
-  const int b = prefix_cache_->block_tokens();
-  for (const PrefixCache::Block* block : hit) {
-    live.cache.import_rows(b, block->target_rows.data());
-    if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
-  }
+  metrics_.prefix_cache_queries += prompt;
+  import_blocks(live, hit);
   const sched::SeqView* view = nullptr;
   for (const sched::SeqView& s : sched_.seqs)
     if (s.id == live.id) view = &s;
   TS_CHECK(view && view->prefilled == live.cache.length(), "prefix cache: request ", live.id, " planned from ",
            view ? view->prefilled : -1, " cached tokens, found ", live.cache.length());
-  live.stats.cached_prompt_tokens = live.cache.length();
-  metrics_.prefix_cache_queries += prompt;
-  metrics_.prefix_cache_hits += live.cache.length();
 }
 
 void Engine::store_prefix(Live& live) {
@@ -287,11 +317,12 @@ void Engine::store_prefix(Live& live) {
   // next round would do, or the next turn's request would otherwise redo).
   if (live.speculative) {
     try {
-      flush_taps(live);
+      flush_taps(live);  // drafter work, not the cache's bookkeeping
     } catch (const std::exception&) {
       return;  // a drafter failure here costs the cache its blocks, nothing else
     }
   }
+  const double t0 = now_ms();
   const int n = live.cache.length();  // context tokens: the prompt, then the generated tokens fed back
   std::vector<int32_t> context(live.request.prompt);
   context.insert(context.end(), live.generated.begin(), live.generated.end());
@@ -318,6 +349,7 @@ void Engine::store_prefix(Live& live) {
           : prefix_cache_->chain(context.data(), n);
   prefix_cache_->store(context.data(), n, chain, prefix_cache_limit_rows(live.done() ? &live : nullptr), target,
                        drafter);
+  metrics_.prefix_cache_ms_total += now_ms() - t0;
 }
 
 void Engine::emit(Live& live, int32_t token, const float* logits) {

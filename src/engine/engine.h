@@ -128,6 +128,7 @@ class Engine {
   // storing a request's whole blocks (after its prompt, and when it ends), and the row limit it keeps to.
   std::vector<const PrefixCache::Block*> cache_hit(const Live& live) const;
   void refresh_cached_prefixes();
+  void import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks);  // after its rows
   void store_prefix(Live& live);
   int64_t prefix_cache_limit_rows(const Live* leaving) const;
   // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.

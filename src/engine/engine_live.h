@@ -26,6 +26,7 @@ struct Engine::Live {
 
   std::vector<uint64_t> prompt_chain;  // the prefix cache's names of the prompt's whole blocks (empty when off)
   bool admitted = false;
+  bool prefill_started = false;  // a prefill chunk was planned: its cache holds computed rows
 
   // Allocated at admission.
   KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back

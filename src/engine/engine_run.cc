@@ -173,9 +173,9 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   }
   // The next anchor needs a position inside the context limit.
   if (!live.done() && live.cache.length() + 1 > live.max_context) live.finish = FinishReason::Length;
-  // The prefix cache keeps the prompt's blocks once it is in (for requests that share it while this one runs) and
-  // the whole context's when the request ends (for the next turn of a chat).
-  if ((item.kind == Item::Prefill && item.prefill.last) || live.done()) store_prefix(live);
+  // The prefix cache keeps the prompt's whole blocks as its chunks come in (for requests that share them while this
+  // one runs) and the whole context's when the request ends (for the next turn of a chat).
+  if (item.kind == Item::Prefill || live.done()) store_prefix(live);
 }
 
 void Engine::draft_blocks(const std::vector<Item*>& spec_items) {
@@ -293,6 +293,7 @@ void Engine::plan_items(const sched::Plan& plan, std::deque<Item>& items, std::v
     Item& it = items.emplace_back();
     it.live = &live;
     it.kind = Item::Prefill;
+    live.prefill_started = true;
     it.prefill = p;
     it.tokens.assign(live.request.prompt.begin() + p.start, live.request.prompt.begin() + p.start + p.len);
     for (int i = 0; i < p.len; ++i) it.positions.push_back(p.start + i);

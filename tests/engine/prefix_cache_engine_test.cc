@@ -173,6 +173,41 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
   for (const PrefixCache::Block* b : engine.prefix_cache()->all()) EXPECT_EQ(b->refs, 0);
 }
 
+// A burst of requests with one system prompt, admitted together: while the first prefills the shared prompt chunk
+// by chunk, the others (admitted, not started) take the blocks it stores; every output equals a cold engine's.
+TEST(PrefixCacheEngine, RequestsAdmittedTogetherShareBlocksStoredWhileTheyWait) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 14);
+  EngineConfig config;
+  config.prefix_block_tokens = 8;
+  config.max_batch = 4;
+  config.prefill_chunk = 16;
+  Engine warm(*pair.target, pair.drafter.get(), config);
+  config.prefix_cache = false;
+  Engine cold(*pair.target, pair.drafter.get(), config);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 40; ++i) p.push_back(int32_t((i * 7 + 2) % 19));
+    for (int i = 0; i < 5; ++i) p.push_back(int32_t((r * 3 + i) % 19));
+    prompts.push_back(p);
+  }
+  for (DecodeMode mode : {DecodeMode::None, DecodeMode::Tree}) {
+    std::vector<Output> got(4), want(4);
+    for (int r = 0; r < 4; ++r) {
+      warm.add({prompts[r], options(mode, 0, 1, 6)}, collect(&got[r]));
+      cold.add({prompts[r], options(mode, 0, 1, 6)}, collect(&want[r]));
+    }
+    while (!warm.idle()) warm.step();
+    while (!cold.idle()) cold.step();
+    int shared = 0;
+    for (int r = 0; r < 4; ++r) {
+      expect_same(got[r], want[r], "request " + std::to_string(r));
+      shared += got[r].stats.cached_prompt_tokens >= 32;
+    }
+    EXPECT_GE(shared, 3) << "mode " << int(mode);
+  }
+}
+
 // The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
 // after the first (blocks of 2 tokens): the continuations still follow the target distribution.
 TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) {

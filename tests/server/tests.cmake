@@ -13,3 +13,9 @@ add_test(NAME server.seeded
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seeded_test.sh $<TARGET_FILE:treespark>
                  ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(server.seeded PROPERTIES LABELS "server;cli" TIMEOUT 300)
+# `serve --kv-events` read by a ZeroMQ subscriber: vLLM's framing and schema, stored blocks matching the prompts and
+# answers, evictions under a small KV budget, the events' view of the cache matching cached_tokens and /metrics.
+add_test(NAME server.kv_events_e2e
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/kv_events_e2e_test.sh $<TARGET_FILE:treespark>
+                 ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server.kv_events_e2e PROPERTIES LABELS "server;cli" TIMEOUT 300)
