@@ -251,6 +251,9 @@ void Engine::refresh_cached_prefixes() {
 
 void Engine::import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
   const int b = prefix_cache_->block_tokens();
+  const int rows = live.cache.length() + int(blocks.size()) * b;
+  live.cache.reserve(rows);
+  if (live.speculative) live.drafter_state.context.reserve(rows);
   for (const PrefixCache::Block* block : blocks) {
     live.cache.import_rows(b, block->target_rows.data());
     if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());

@@ -10,6 +10,7 @@
 // it is read from (batch invariance and greedy identity hold as with f32).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -62,6 +63,8 @@ class KVCache {
   // Committed rows [first, first + n) of every layer as one byte run, bits unchanged (the prefix cache's block
   // layout):  out: [num_layers, 2 (keys, values), kv_heads, n, head_dim] of dtype = n * bytes_per_row() bytes.
   void export_rows(int first, int n, uint8_t* out) const;
+  // Allocates room for `rows` rows (committed + pending) at once, so a run of appends does not regrow the buffers.
+  void reserve(int rows) { reserve_rows(std::min(rows, max_tokens_)); }
   // Appends n committed rows from export_rows' layout (the cache must have no pending rows). Throws ts::Error when
   // length + n > max_tokens.
   void import_rows(int n, const uint8_t* in);

@@ -208,6 +208,39 @@ TEST(PrefixCacheEngine, RequestsAdmittedTogetherShareBlocksStoredWhileTheyWait) 
   }
 }
 
+// Cancelled mid-prefill: the request's reservation goes, the blocks its chunks stored stay cached and unpinned
+// (a later request with the same prompt reuses them), and the request beside it is unaffected.
+TEST(PrefixCacheEngine, CancellationMidPrefillReleasesItsReservationAndKeepsItsBlocksReusable) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 15);
+  EngineConfig config;
+  config.prefix_block_tokens = 4;
+  config.max_batch = 2;
+  config.prefill_chunk = 8;
+  Engine warm(*pair.target, pair.drafter.get(), config);
+  config.prefix_cache = false;
+  Engine cold(*pair.target, pair.drafter.get(), config);
+  std::vector<int32_t> other = {3, 1, 4, 1, 5, 9, 2, 6}, longp;
+  for (int i = 0; i < 60; ++i) longp.push_back(int32_t((i * 5 + 3) % 19));
+  Output a, b, want;
+  const RequestId id = warm.add({longp, options(DecodeMode::Tree, 0, 1, 8)}, collect(&a));
+  warm.add({other, options(DecodeMode::Tree, 0, 1, 8)}, collect(&b));
+  warm.step();
+  warm.step();  // 16 of its 60 prompt tokens are in (the chunks go to the earlier request first)
+  EXPECT_GT(warm.metrics().kv_reserved_perc, 0);
+  warm.cancel(id);
+  while (!warm.idle()) warm.step();
+  EXPECT_EQ(a.finish, FinishReason::Cancelled);
+  EXPECT_EQ(warm.metrics().kv_reserved_perc, 0);
+  for (const PrefixCache::Block* blk : warm.prefix_cache()->all()) EXPECT_EQ(blk->refs, 0);
+  EXPECT_GE(warm.prefix_cache()->blocks(), 4);  // its two chunks' blocks
+  cold.add({other, options(DecodeMode::Tree, 0, 1, 8)}, collect(&want));
+  while (!cold.idle()) cold.step();
+  expect_same(b, want, "the request beside the cancelled one");
+  const Output again = run(warm, longp, options(DecodeMode::Tree, 0, 1, 8));
+  EXPECT_GE(again.stats.cached_prompt_tokens, 16);
+  expect_same(again, run(cold, longp, options(DecodeMode::Tree, 0, 1, 8)), "the cancelled prompt, sent again");
+}
+
 // The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
 // after the first (blocks of 2 tokens): the continuations still follow the target distribution.
 TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) {
