@@ -11,15 +11,23 @@ What it checks:
     InferenceObjective inference.networking.x-k8s.io/v1alpha2, the EPP's EndpointPickerConfig v1alpha1) and the
     Gateway API HTTPRoute v1. CRD objects are checked strictly (an unknown field is an error: the API server prunes
     or rejects it); core objects are checked strictly for the sub-objects listed here;
+  * the two endpoint pickers: epp.yaml (the default, the GIE v1.0.1 reference EPP) and its variant epp-llm-d.yaml
+    (llm-d's inference scheduler v0.8.0 with the precise prefix-cache scorer). Each is checked as part of the set
+    it is deployed with: the kustomization's resources, and the same with epp.yaml swapped for the variant. The
+    llm-d config's plugin parameters are checked strictly against the Go structs they decode into (cited at
+    LLMD_PLUGIN_PARAMS): the EPP itself ignores unknown JSON fields, so a misspelt parameter would silently fall
+    back to its default;
   * the objects against each other: selectors and labels, named ports, the InferencePool's target port and
     endpoint picker Service, the EPP's pool name and metric names (each must be a metric src/server exports), the
-    drain timeline (terminationGracePeriodSeconds > preStop + --drain-timeout);
+    drain timeline (terminationGracePeriodSeconds > preStop + --drain-timeout); for the precise prefix-cache
+    scorer, that the replicas publish KV-cache events it can use (--kv-events bound on the port it dials, topic
+    kv@<pod IP>:<target port>@<served model>, the same block size) and that its tokenizer gets the model's files;
   * the treespark container's flags against the options tools/cli declares, and against the image's ENTRYPOINT
     (a flag given twice is rejected by treespark);
   * the Dockerfile: every COPY source exists and is inside the build context that Dockerfile.dockerignore leaves,
     the exposed port, health check and model paths agree with the manifests.
 It cannot check what only an API server, an admission webhook or a running EPP would (CEL rules beyond the two
-reproduced here, defaulting, RBAC at run time): docs/deploy.md lists what was not run.
+reproduced here, defaulting, RBAC at run time, an image's real flags): docs/deploy.md lists what was not run.
 """
 import fnmatch
 import json
@@ -114,7 +122,7 @@ CONTAINER = S("object", req=["name", "image"], p={
                                       "capabilities": S("object", p={"drop": S("array", items=STR), "add": S("array", items=STR)})}),
     "volumeMounts": S("array", items=S("object", req=["name", "mountPath"], p={"name": STR, "mountPath": STR, "readOnly": BOOL, "subPath": STR}))})
 POD_SPEC = S("object", req=["containers"], p={
-    "containers": S("array", items=CONTAINER, minItems=1),
+    "containers": S("array", items=CONTAINER, minItems=1), "initContainers": S("array", items=CONTAINER),
     "serviceAccountName": STR, "terminationGracePeriodSeconds": S("integer", min=0), "enableServiceLinks": BOOL,
     "securityContext": S("object", p={"runAsNonRoot": BOOL, "runAsUser": INT, "runAsGroup": INT, "fsGroup": INT,
                                       "seccompProfile": S("object", req=["type"], p={"type": S("string", enum=["RuntimeDefault", "Localhost", "Unconfined"]),
@@ -202,9 +210,82 @@ EPP_CONFIG = S("object", req=["apiVersion", "kind", "plugins", "schedulingProfil
         "name": STR, "plugins": S("array", minItems=1, items=S("object", req=["pluginRef"], p={"pluginRef": STR, "weight": S("integer", min=0)}))}))})
 EPP_PLUGIN_TYPES = {"prefix-cache-scorer", "max-score-picker", "random-picker", "weighted-random-picker", "single-profile-handler",
                     "kv-cache-utilization-scorer", "queue-scorer", "lora-affinity-scorer"}
-# Scorers that need what treespark does not have yet (a prefix cache, LoRA adapters): docs/deploy.md, "Not yet".
-EPP_PLUGINS_NOT_FOR_TREESPARK = {"prefix-cache-scorer": "treespark has no prefix cache yet",
-                                 "lora-affinity-scorer": "treespark serves no LoRA adapters"}
+# Scorers that need what treespark does not have: LoRA adapters.
+EPP_PLUGINS_NOT_FOR_TREESPARK = {"lora-affinity-scorer": "treespark serves no LoRA adapters"}
+
+# llm-d's inference scheduler v0.8.0 (ghcr.io/llm-d/llm-d-inference-scheduler): the same config file with a data
+# layer section (llm-d/llm-d guides/precise-prefix-cache-aware/scheduler/features/pod-discovery.values.yaml), its
+# successor group llm-d.ai/v1alpha1 (llm-d-inference-scheduler RELEASE-NOTES.md, PR #972), and float weights.
+LLMD_EPP_CONFIG = S("object", req=["apiVersion", "kind", "plugins", "schedulingProfiles"], p={
+    "apiVersion": S("string", enum=["inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"]),
+    "kind": S("string", enum=["EndpointPickerConfig"]),
+    "plugins": S("array", minItems=1, items=S("object", req=["type"], p={"type": STR, "name": STR, "parameters": S("any")})),
+    "schedulingProfiles": S("array", minItems=1, items=S("object", req=["name", "plugins"], p={
+        "name": STR, "plugins": S("array", minItems=1, items=S("object", req=["pluginRef"], p={"pluginRef": STR, "weight": S("number", min=0)}))})),
+    "dataLayer": S("object", p={"sources": S("array", items=S("object", req=["pluginRef"], p={
+        "pluginRef": STR, "extractors": S("array", items=S("object", req=["pluginRef"], p={"pluginRef": STR}))}))}),
+    "featureGates": S("any"), "saturationDetector": S("any")})
+UDS_TOKENIZER = S("object", p={"socketFile": S("string", minLen=1), "timeout": STR, "maxRetries": S("integer", min=0)})
+# Plugin parameters, from the Go structs they are decoded into (json tags):
+#   tokenizer                    llm-d-inference-scheduler pkg/epp/framework/plugins/requestcontrol/dataproducer/
+#                                tokenizer/tokenizer.go (tokenizerPluginConfig) and llm-d-kv-cache
+#                                tokenization.UdsTokenizerConfig (socketFile, timeout, maxRetries; the plugin's README)
+#   precise-prefix-cache-scorer  llm-d-inference-scheduler .../scheduling/scorer/preciseprefixcache/
+#                                precise_prefix_cache.go (PluginConfig) with llm-d-kv-cache
+#                                pkg/kvcache/kvblock/token_processor.go (TokenProcessorConfig),
+#                                pkg/kvcache/indexer.go (Config), pkg/kvcache/kvblock/index.go (IndexConfig),
+#                                pkg/kvcache/backend.go (KVCacheBackendConfig), pkg/kvevents/pool.go (Config,
+#                                PodDiscoveryConfig), docs/configuration.md (tokenizersPoolConfig)
+#   core-metrics-extractor       gateway-api-inference-extension pkg/epp/framework/plugins/datalayer metrics
+#                                extractor (modelServerExtractorParams, engineConfigParams)
+#   metrics-data-source          the scheme / path / insecureSkipVerify parameters llm-d's configs set
+LLMD_PLUGIN_PARAMS = {
+    "tokenizer": S("object", req=["modelName"], p={"modelName": S("string", minLen=1), "udsTokenizerConfig": UDS_TOKENIZER}),
+    "precise-prefix-cache-scorer": S("object", p={
+        "tokenProcessorConfig": S("object", p={"blockSize": S("integer", min=1), "hashSeed": STR}),
+        "indexerConfig": S("object", p={
+            "kvBlockIndexConfig": S("object", p={
+                "inMemoryConfig": S("object", p={"size": S("integer", min=1), "podCacheSize": S("integer", min=1)}),
+                "costAwareMemoryConfig": S("object", p={"size": STR}), "redisConfig": S("any"), "valkeyConfig": S("any"),
+                "enableMetrics": BOOL, "metricsLoggingInterval": S("any")}),
+            "tokenizersPoolConfig": S("object", req=["modelName"], p={
+                "modelName": S("string", minLen=1), "workersCount": S("integer", min=1), "minPrefixOverlapRatio": S("number", min=0),
+                "hf": S("any"), "local": S("any"), "uds": UDS_TOKENIZER}),
+            "kvCacheBackendConfigs": S("array", items=S("object", req=["name", "weight"], p={
+                "name": S("string", minLen=1), "weight": S("number", min=0), "modelConfigs": S("any")})),
+            "prefixStoreConfig": S("any")}),
+        "kvEventsConfig": S("object", p={
+            "zmqEndpoint": STR, "topicFilter": STR, "concurrency": S("integer", min=1),
+            "engineType": S("string", enum=["vllm", "sglang"]), "discoverPods": BOOL,
+            "podDiscoveryConfig": S("object", p={"podLabelSelector": STR, "podNamespace": STR, "socketPort": PORT})}),
+        "speculativeIndexing": BOOL, "speculativeTTL": S("any")}),
+    "core-metrics-extractor": S("object", p={
+        "engineLabelKey": STR, "defaultEngine": STR,
+        "engineConfigs": S("array", items=S("object", req=["name"], p={
+            "name": S("string", minLen=1), "queuedRequestsSpec": STR, "runningRequestsSpec": STR, "kvUsageSpec": STR,
+            "loraSpec": STR, "cacheInfoSpec": STR}))}),
+    "metrics-data-source": S("object", p={"scheme": S("string", enum=["http", "https"]), "path": S("string", pattern=r"^/"),
+                                          "insecureSkipVerify": BOOL}),
+    # No parameters.
+    "endpoint-notification-source": S("object", p={}), "single-profile-handler": S("object", p={}),
+    "queue-scorer": S("object", p={}), "kv-cache-utilization-scorer": S("object", p={}), "max-score-picker": S("object", p={}),
+    "decode-filter": S("object", p={}),
+}
+# Types the v0.8.0 scheduler registers that these checks know (the GIE in-tree ones, which it keeps, and those of
+# llm-d's configs cited above). Add one here, with its parameters above, before using it.
+LLMD_PLUGIN_TYPES = EPP_PLUGIN_TYPES | set(LLMD_PLUGIN_PARAMS)
+# Defaults that apply when the config leaves a field out: llm-d-kv-cache token_processor.go (defaultBlockSize 16),
+# pkg/kvevents/pool.go (DefaultConfig: topicFilter "kv@", discoverPods true; DefaultPodReconcilerConfig: socketPort
+# 5557), and the metrics extractor's built-in "vllm" engine (defaultEngineConfigs, which scrapes
+# vllm:lora_requests_info).
+LLMD_DEFAULTS = {"blockSize": 16, "topicFilter": "kv@", "discoverPods": True, "socketPort": 5557, "defaultEngine": "vllm",
+                 "builtinEngines": {"vllm": {"queuedRequestsSpec": "vllm:num_requests_waiting",
+                                             "runningRequestsSpec": "vllm:num_requests_running",
+                                             "kvUsageSpec": "vllm:kv_cache_usage_perc", "loraSpec": "vllm:lora_requests_info",
+                                             "cacheInfoSpec": "vllm:cache_config_info"}}}
+EPP_FLAVORS = {"registry.k8s.io/gateway-api-inference-extension/epp": "gie", "ghcr.io/llm-d/llm-d-inference-scheduler": "llm-d"}
+# The EPP files: epp.yaml is listed in kustomization.yaml; a variant is applied instead of the file it names.
+EPP_VARIANTS = {"epp-llm-d.yaml": "epp.yaml"}
 
 
 def validate(node, schema, path, crd, top=False):
@@ -260,6 +341,12 @@ def validate(node, schema, path, crd, top=False):
             err(path, f"length {len(node)} outside [{schema.get('minLen', 0)}, {schema.get('maxLen', '-')}]")
         if "pattern" in schema and not re.search(schema["pattern"], node):
             err(path, f"{node!r} does not match {schema['pattern']}")
+        return
+    if t == "number":
+        if isinstance(node, bool) or not isinstance(node, (int, float)):
+            return err(path, f"expected a number, got {node!r}")
+        if node < schema.get("min", -(1 << 62)) or node > schema.get("max", 1 << 62):
+            err(path, f"{node} outside [{schema.get('min')}, {schema.get('max')}]")
         return
     if t == "integer":
         if isinstance(node, bool) or not isinstance(node, int):
@@ -384,7 +471,7 @@ def check_dockerfile():
     ign_path = os.path.join(DEPLOY, "Dockerfile.dockerignore")
     with open(ign_path) as f:
         patterns = [l.strip() for l in f if l.strip() and not l.strip().startswith("#")]
-    info = {"copied_to": [], "stages": []}
+    info = {"copied_to": [], "copies": [], "stages": []}
     for line in lines:
         instr, _, rest = line.partition(" ")
         instr = instr.upper()
@@ -398,6 +485,7 @@ def check_dockerfile():
             info["copied_to"].append(dest)
             if any(o.startswith("--from") for o in opts):
                 continue
+            info["copies"].append((srcs, dest))
             for s in srcs:
                 rel = s.rstrip("/")
                 if not os.path.exists(os.path.join(ROOT, rel)):
@@ -466,12 +554,34 @@ def first(objs, kind, name=None):
     return None, None
 
 
-def check_cross(objs, docker):
-    metrics_src = exported_metrics()
+def engine_default(field, fallback):
+    """A default of EngineConfig (src/engine/engine.h), e.g. prefix_block_tokens."""
+    with open(os.path.join(ROOT, "src", "engine", "engine.h")) as f:
+        m = re.search(rf"\b{field}\s*=\s*(\d+)\s*;", f.read())
+    return int(m.group(1)) if m else fallback
+
+
+def kv_event_medium():
+    """The `medium` treespark's KV-cache events carry (src/server/kv_events.cc)."""
+    with open(os.path.join(ROOT, "src", "server", "kv_events.cc")) as f:
+        m = re.search(r'kMedium\s*=\s*"([^"]*)"', f.read())
+    return m.group(1) if m else None
+
+
+def env_field(container, name):
+    """The downward-API fieldPath of env var `name` of a container (None if not a fieldRef)."""
+    for e in container.get("env", []):
+        if e["name"] == name:
+            return e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    return None
+
+
+def check_model_servers(objs, docker):
+    """The treespark Deployment, its Service and PodDisruptionBudget: the same whichever EPP is deployed. Returns
+    what the per-EPP checks need, or None."""
     known_flags = serve_flags()
     _, dep = first(objs, "Deployment", "treespark")
     _, svc = first(objs, "Service", "treespark")
-    _, pool = first(objs, "InferencePool")
     if dep is None:
         return err("k8s", "no Deployment 'treespark'")
     tmpl = dep["spec"]["template"]
@@ -533,6 +643,41 @@ def check_cross(objs, docker):
     if grace < pre + drain + 5:
         err("Deployment/treespark", f"terminationGracePeriodSeconds {grace} < preStop {pre:g} s + --drain-timeout {drain:g} s + 5 s margin")
     notes.append(f"drain timeline: preStop {pre:g} s + --drain-timeout {drain:g} s + margin {grace - pre - drain:g} s = grace {grace} s")
+    # Prefix cache and KV-cache events (tools/cli/cmd_serve.cc; docs/serving.md, "Prefix cache and KV-cache events").
+    model = flags.get("--model") or (docker or {}).get("cmd_flags", {}).get("--model") or ""
+    served = flags.get("--served-model-name") or os.path.basename(model.rstrip("/"))
+    prefix_cache = "--no-prefix-cache" not in flags
+    block = int(flags.get("--prefix-block-tokens") or engine_default("prefix_block_tokens", 16))
+    kv = None
+    if "--kv-events-topic" in flags and "--kv-events" not in flags:
+        err("Deployment/treespark", "--kv-events-topic needs --kv-events (treespark refuses it alone)")
+    if "--kv-events" in flags:
+        endpoint = flags["--kv-events"] or ""
+        m = re.match(r"^tcp://(\*|0\.0\.0\.0|\[::\]):([0-9]+)$", endpoint)
+        kport = int(m.group(2)) if m else None
+        if m is None:
+            err("Deployment/treespark", f"--kv-events {endpoint!r}: bind every interface on a fixed TCP port (tcp://*:PORT), "
+                "so that a scheduler in another pod can connect to the publisher")
+        elif kport not in ports.values():
+            err("Deployment/treespark", f"--kv-events binds port {kport}, which is not a containerPort of the treespark container")
+        elif docker and kport == docker["port"]:
+            err("Deployment/treespark", f"--kv-events port {kport} is the HTTP port")
+        if not prefix_cache:
+            err("Deployment/treespark", "--kv-events with --no-prefix-cache: without the prefix cache there are no blocks to report")
+        topic = flags.get("--kv-events-topic") or ""
+        kv = {"port": kport, "topic": topic, "pod": None, "model": None}
+        parts = topic.split("@")
+        if len(parts) == 3 and parts[0] == "kv":
+            kv["pod"], kv["model"] = parts[1], parts[2]
+            if parts[2] != served:
+                err("Deployment/treespark", f"--kv-events-topic model {parts[2]!r} is not the served model name {served!r}: llm-d "
+                    "indexes the events under the topic's model and looks requests up by their \"model\"")
+        elif topic:
+            err("Deployment/treespark", f"--kv-events-topic {topic!r}: llm-d reads kv@<pod>@<model> (three parts split at '@'); "
+                "anything else becomes the pod id, with no model")
+        notes.append(f"treespark: prefix cache on, {block}-token blocks; KV events on {endpoint}, topic {topic!r}")
+    else:
+        notes.append(f"treespark: prefix cache {'on, ' + str(block) + '-token blocks' if prefix_cache else 'off'}; no KV events")
     # Service
     if svc is not None:
         if any(pod_labels.get(k) != v for k, v in svc["spec"].get("selector", {}).items()):
@@ -548,7 +693,16 @@ def check_cross(objs, docker):
             err("PodDisruptionBudget", "set exactly one of minAvailable and maxUnavailable")
         if any(pod_labels.get(k) != v for k, v in s.get("selector", {}).get("matchLabels", {}).items()):
             err("PodDisruptionBudget", "selector does not match the Deployment's pod labels")
-    # InferencePool
+    return {"dep": dep, "pod_labels": pod_labels, "container": c, "ports": ports, "flags": flags, "drain": drain,
+            "grace": grace, "model": model, "served": served, "prefix_cache": prefix_cache, "block": block, "kv": kv}
+
+
+def check_set(label, objs, ms, docker):
+    """One deployable set: the model servers (ms, from check_model_servers), the InferencePool and its route, and
+    the endpoint picker of that set."""
+    metrics_src = exported_metrics()
+    _, pool = first(objs, "InferencePool")
+    pod_labels, ports, drain, grace = ms["pod_labels"], ms["ports"], ms["drain"], ms["grace"]
     if pool is None:
         return err("k8s", "no InferencePool")
     pname = pool["metadata"]["name"]
@@ -563,6 +717,7 @@ def check_cross(objs, docker):
     if ref.get("kind", "Service") == "Service" and "port" not in ref:
         err(f"InferencePool/{pname}", "endpointPickerRef.port is required when kind is Service (CRD CEL rule)")
     _, epp_svc = first(objs, "Service", ref["name"])
+    svc_ports = {}
     if epp_svc is None:
         err(f"InferencePool/{pname}", f"endpointPickerRef names Service '{ref['name']}', which is not in deploy/k8s")
     else:
@@ -590,63 +745,101 @@ def check_cross(objs, docker):
                 if to and parse_duration_s(to) < drain:
                     err(f"HTTPRoute/{o['metadata']['name']}", f"timeouts.request {to} is shorter than --drain-timeout {drain:g} s")
     # EPP
-    epp_dep = next((o for f, o in objs if o.get("kind") == "Deployment" and o is not dep), None)
+    efile, epp_dep = next(((f, o) for f, o in objs if o.get("kind") == "Deployment" and o is not ms["dep"]), (None, None))
     if epp_dep is None:
         return err("k8s", "no EPP Deployment")
     en = epp_dep["metadata"]["name"]
-    ec = epp_dep["spec"]["template"]["spec"]["containers"][0]
+    where = f"k8s/{efile}: Deployment/{en}"
+    epod = epp_dep["spec"]["template"]["spec"]
+    ec = epod["containers"][0]
+    if len(epod["containers"]) > 1:
+        ec = next((c for c in epod["containers"] if c["name"] == "epp"), ec)
+    image = ec["image"].rsplit(":", 1)[0]
+    flavor = EPP_FLAVORS.get(image)
+    if flavor is None:
+        return err(where, f"unknown EPP image {ec['image']}: the checks know {sorted(EPP_FLAVORS)}")
     eargs, etwice = flag_values(ec.get("args", []))
     for f in etwice:
-        err(f"Deployment/{en}", f"{f} given twice")
+        err(where, f"{f} given twice")
     if eargs.get("--pool-name") != pname:
-        err(f"Deployment/{en}", f"--pool-name {eargs.get('--pool-name')} is not the InferencePool {pname}")
+        err(where, f"--pool-name {eargs.get('--pool-name')} is not the InferencePool {pname}")
     if "--pool-namespace" in eargs:
         v = eargs["--pool-namespace"] or ""
         for ref_ in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", v):
             if ref_ not in {e["name"] for e in ec.get("env", [])}:
-                err(f"Deployment/{en}", f"--pool-namespace refers to $({ref_}) but no env var defines it")
+                err(where, f"--pool-namespace refers to $({ref_}) but no env var defines it")
     if epp_svc is not None:
         eports = {p.get("name"): p["containerPort"] for p in ec.get("ports", [])}
         for p in epp_svc["spec"]["ports"]:
             tp = p.get("targetPort", p["port"])
             if (isinstance(tp, str) and tp not in eports) or (isinstance(tp, int) and tp not in eports.values()):
-                err(f"Service/{ref['name']}", f"targetPort {tp!r} is not an EPP container port")
+                err(f"k8s/{efile}: Service/{ref['name']}", f"targetPort {tp!r} is not an EPP container port")
         grpc_port = eargs.get("--grpc-port", "9002")
         if int(grpc_port) != eports.get(svc_ports.get(ref.get("port", {}).get("number", 9002), {}).get("targetPort"), int(grpc_port)):
-            err(f"Deployment/{en}", f"--grpc-port {grpc_port} is not the port the EPP Service forwards to")
-    for flag in ("--total-queued-requests-metric", "--kv-cache-usage-percentage-metric", "--lora-info-metric"):
-        if flag not in eargs:
-            err(f"Deployment/{en}", f"{flag} not set: the EPP's default may name a metric treespark does not export")
-            continue
-        name = (eargs[flag] or "").split("{")[0].strip()
-        if name and f'"{name}' not in metrics_src:
-            err(f"Deployment/{en}", f"{flag} {name}: src/server does not export this metric")
-        notes.append(f"EPP {flag} = {name or '(off)'}" + (" (exported by src/server)" if name else ""))
-    if epp_dep["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30) < grace:
-        err(f"Deployment/{en}", "its grace period should be at least the model servers' (it routes during their drain)")
+            err(where, f"--grpc-port {grpc_port} is not the port the EPP Service forwards to")
+    metric_flags = ("--total-queued-requests-metric", "--kv-cache-usage-percentage-metric", "--lora-info-metric")
+    if flavor == "gie":
+        for flag in metric_flags:
+            if flag not in eargs:
+                err(where, f"{flag} not set: the EPP's default may name a metric treespark does not export")
+                continue
+            name = (eargs[flag] or "").split("{")[0].strip()
+            if name and f'"{name}' not in metrics_src:
+                err(where, f"{flag} {name}: src/server does not export this metric")
+            notes.append(f"{label}: EPP {flag} = {name or '(off)'}" + (" (exported by src/server)" if name else ""))
+    else:
+        for flag in sorted(set(eargs) & set(metric_flags + ("--total-running-requests-metric", "--cache-info-metric"))):
+            err(where, f"{flag}: llm-d's scheduler rejects the metric flags when they are set (deprecatedMetricFlags in its "
+                "server options); map metrics in the config's core-metrics-extractor engineConfigs")
+    if epod.get("terminationGracePeriodSeconds", 30) < grace:
+        err(where, "its grace period should be at least the model servers' (it routes during their drain)")
     mounts = {m["name"]: m["mountPath"] for m in ec.get("volumeMounts", [])}
     cfg_file = eargs.get("--config-file")
-    cm_name = next((v["configMap"]["name"] for v in epp_dep["spec"]["template"]["spec"].get("volumes", [])
+    cm_name = next((v["configMap"]["name"] for v in epod.get("volumes", [])
                     if "configMap" in v and v["name"] in mounts and cfg_file and cfg_file.startswith(mounts[v["name"]] + "/")), None)
     _, cm = first(objs, "ConfigMap", cm_name) if cm_name else (None, None)
     if cm is None:
-        return err(f"Deployment/{en}", f"--config-file {cfg_file} is not a key of a mounted ConfigMap in deploy/k8s")
+        return err(where, f"--config-file {cfg_file} is not a key of a mounted ConfigMap in deploy/k8s")
     key = os.path.basename(cfg_file)
+    cwhere = f"k8s/{efile}: ConfigMap/{cm_name}[{key}]"
     if key not in cm.get("data", {}):
-        return err(f"ConfigMap/{cm_name}", f"no key {key}")
-    cfg = yaml.safe_load(cm["data"][key])
-    validate(cfg, EPP_CONFIG, f"ConfigMap/{cm_name}[{key}]", True, top=False)
-    names = set()
+        return err(cwhere, f"no key {key}")
+    try:
+        cfg = yaml.safe_load(cm["data"][key])
+    except yaml.YAMLError as e:
+        return err(cwhere, f"YAML does not parse: {e}")
+    n_before = len(errors)
+    validate(cfg, EPP_CONFIG if flavor == "gie" else LLMD_EPP_CONFIG, cwhere, True, top=False)
+    if len(errors) > n_before:
+        return
+    types = EPP_PLUGIN_TYPES if flavor == "gie" else LLMD_PLUGIN_TYPES
+    names, by_type = set(), {}
     for pl in cfg.get("plugins", []):
-        if pl.get("type") not in EPP_PLUGIN_TYPES:
-            err(f"ConfigMap/{cm_name}[{key}]", f"plugin type {pl.get('type')!r} is not an in-tree plugin of the v1.0 EPP")
-        if pl.get("type") in EPP_PLUGINS_NOT_FOR_TREESPARK:
-            err(f"ConfigMap/{cm_name}[{key}]", f"{pl['type']}: {EPP_PLUGINS_NOT_FOR_TREESPARK[pl['type']]}")
-        names.add(pl.get("name", pl.get("type")))
+        t = pl.get("type")
+        if t not in types:
+            err(cwhere, f"plugin type {t!r} is not " + ("an in-tree plugin of the v1.0 EPP" if flavor == "gie" else
+                                                        "a plugin these checks know for llm-d's scheduler v0.8.0 (LLMD_PLUGIN_TYPES)"))
+        if t in EPP_PLUGINS_NOT_FOR_TREESPARK:
+            err(cwhere, f"{t}: {EPP_PLUGINS_NOT_FOR_TREESPARK[t]}")
+        if t == "prefix-cache-scorer" and not ms["prefix_cache"]:
+            err(cwhere, "prefix-cache-scorer: treespark runs with --no-prefix-cache, so prefix affinity buys nothing")
+        if flavor == "llm-d" and t in LLMD_PLUGIN_PARAMS:
+            validate(pl.get("parameters") or {}, LLMD_PLUGIN_PARAMS[t], f"{cwhere} {t}.parameters", False)
+        names.add(pl.get("name", t))
+        by_type.setdefault(t, pl)
     for prof in cfg.get("schedulingProfiles", []):
         for r in prof.get("plugins", []):
             if r.get("pluginRef") not in names:
-                err(f"ConfigMap/{cm_name}[{key}]", f"profile {prof.get('name')} refers to unknown plugin {r.get('pluginRef')!r}")
+                err(cwhere, f"profile {prof.get('name')} refers to unknown plugin {r.get('pluginRef')!r}")
+    wiring = {}
+    for src in (cfg.get("dataLayer") or {}).get("sources", []):
+        for r in [src["pluginRef"]] + [x["pluginRef"] for x in src.get("extractors", [])]:
+            if r not in names:
+                err(cwhere, f"dataLayer refers to unknown plugin {r!r}")
+        wiring[src["pluginRef"]] = [x["pluginRef"] for x in src.get("extractors", [])]
+    if flavor == "llm-d":
+        check_llmd_config(cwhere, cfg, by_type, wiring, metrics_src, ms, tport, epod, ec, docker)
+    notes.append(f"{label}: EPP {ec['image']} with " + ", ".join(sorted(names)))
     # RBAC: bindings refer to roles and service accounts that exist.
     sas = {o["metadata"]["name"] for f, o in objs if o.get("kind") == "ServiceAccount"}
     roles = {(o["kind"], o["metadata"]["name"]) for f, o in objs if o.get("kind") in ("Role", "ClusterRole")}
@@ -654,33 +847,207 @@ def check_cross(objs, docker):
         if o.get("kind") in ("RoleBinding", "ClusterRoleBinding"):
             rr = o["roleRef"]
             if (rr["kind"], rr["name"]) not in roles:
-                err(f"{o['kind']}/{o['metadata']['name']}", f"roleRef {rr['kind']}/{rr['name']} is not in deploy/k8s")
+                err(f"k8s/{f}: {o['kind']}/{o['metadata']['name']}", f"roleRef {rr['kind']}/{rr['name']} is not in the set")
             for s in o.get("subjects", []):
                 if s["kind"] == "ServiceAccount":
                     if s["name"] not in sas:
-                        err(f"{o['kind']}/{o['metadata']['name']}", f"subject ServiceAccount {s['name']} is not in deploy/k8s")
+                        err(f"k8s/{f}: {o['kind']}/{o['metadata']['name']}", f"subject ServiceAccount {s['name']} is not in the set")
                     if o["kind"] == "ClusterRoleBinding" and not s.get("namespace"):
-                        err(f"{o['kind']}/{o['metadata']['name']}", "a ServiceAccount subject of a ClusterRoleBinding needs its namespace")
-    if epp_dep["spec"]["template"]["spec"].get("serviceAccountName") not in sas:
-        err(f"Deployment/{en}", "serviceAccountName is not a ServiceAccount in deploy/k8s")
+                        err(f"k8s/{f}: {o['kind']}/{o['metadata']['name']}", "a ServiceAccount subject of a ClusterRoleBinding needs its namespace")
+    if epod.get("serviceAccountName") not in sas:
+        err(where, "serviceAccountName is not a ServiceAccount in the set")
+    if flavor == "llm-d":
+        # The scheduler watches InferenceModelRewrites besides InferenceObjectives (GIE v1.5 objects).
+        granted = {(g, r) for f, o in objs if o.get("kind") == "Role" for rule in o.get("rules", [])
+                   for g in rule.get("apiGroups", []) for r in rule.get("resources", []) if "watch" in rule.get("verbs", [])}
+        for need in (("", "pods"), ("inference.networking.k8s.io", "inferencepools"),
+                     ("inference.networking.x-k8s.io", "inferenceobjectives"), ("inference.networking.x-k8s.io", "inferencemodelrewrites")):
+            if need not in granted:
+                err(where, f"its Role does not let it watch {need[1]} ({need[0] or 'core'})")
+
+
+def check_llmd_config(cwhere, cfg, by_type, wiring, metrics_src, ms, tport, epod, ec, docker):
+    """llm-d's scheduler: the metric mapping, and the precise prefix-cache scorer against what treespark publishes."""
+    # Metric mapping: the core-metrics-extractor, fed by the metrics-data-source.
+    cme = by_type.get("core-metrics-extractor")
+    if cme is None:
+        err(cwhere, "no core-metrics-extractor: llm-d's scheduler maps the metrics there (engineConfigs)")
+    else:
+        cname = cme.get("name", "core-metrics-extractor")
+        if not any(cname in ex for ex in wiring.values()):
+            err(cwhere, f"dataLayer does not feed {cname} from a metrics-data-source")
+        params = cme.get("parameters") or {}
+        engine = params.get("defaultEngine") or LLMD_DEFAULTS["defaultEngine"]
+        user = {e["name"]: e for e in params.get("engineConfigs", [])}
+        spec = user.get(engine) or LLMD_DEFAULTS["builtinEngines"].get(engine)
+        if spec is None:
+            err(cwhere, f"core-metrics-extractor: defaultEngine {engine!r} has no engineConfigs entry")
+        else:
+            if engine in user:
+                for f in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec", "loraSpec", "cacheInfoSpec"):
+                    if f not in spec:
+                        err(cwhere, f"core-metrics-extractor engine {engine!r}: give {f} too (an engineConfigs entry replaces "
+                            "the engine's whole mapping; a missing spec is empty)")
+            for f in ("queuedRequestsSpec", "kvUsageSpec"):
+                if not spec.get(f):
+                    err(cwhere, f"core-metrics-extractor engine {engine!r}: {f} is empty, so its scorer sees nothing")
+            for f, v in sorted(spec.items()):
+                if f == "name" or not v:
+                    continue
+                name = v.split("{")[0].strip()
+                if f'"{name}' not in metrics_src:
+                    err(cwhere, f"core-metrics-extractor engine {engine!r}: {f} {name}: src/server does not export this metric"
+                        + (" (set loraSpec: \"\"; a missing metric fails every poll)" if f == "loraSpec" else ""))
+            notes.append("llm-d metric mapping: " + ", ".join(f"{f}={spec.get(f) or '(off)'}" for f in
+                                                              ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec", "loraSpec", "cacheInfoSpec")))
+    pps = by_type.get("precise-prefix-cache-scorer")
+    if pps is None:
+        return
+    pname = pps.get("name", "precise-prefix-cache-scorer")
+    params = pps.get("parameters") or {}
+    kv, flags = ms["kv"], ms["flags"]
+    # 1. Events: the replicas publish, on the port the scorer dials, under a topic it parses.
+    if not ms["prefix_cache"]:
+        err(cwhere, f"{pname}: treespark runs with --no-prefix-cache (no blocks, no events)")
+    if kv is None:
+        return err(cwhere, f"{pname}: the treespark args carry no --kv-events, so the scorer would index nothing")
+    kec = params.get("kvEventsConfig") or {}
+    if kec.get("zmqEndpoint"):
+        err(cwhere, f"{pname}: kvEventsConfig.zmqEndpoint {kec['zmqEndpoint']!r} is the centralized mode (the scheduler binds, "
+            "publishers connect); treespark's publisher only binds, so use per-pod discovery (discoverPods: true)")
+    if not kec.get("discoverPods", LLMD_DEFAULTS["discoverPods"]):
+        err(cwhere, f"{pname}: kvEventsConfig.discoverPods is false, and there is no endpoint to read events from")
+    sport = (kec.get("podDiscoveryConfig") or {}).get("socketPort", LLMD_DEFAULTS["socketPort"])
+    if kv["port"] is not None and sport != kv["port"]:
+        err(cwhere, f"{pname}: podDiscoveryConfig.socketPort {sport} is not the port of treespark's --kv-events ({kv['port']})")
+    tfilter = kec.get("topicFilter", LLMD_DEFAULTS["topicFilter"])
+    if not kv["topic"].startswith(tfilter):
+        err(cwhere, f"{pname}: topicFilter {tfilter!r} is not a prefix of treespark's --kv-events-topic {kv['topic']!r} "
+            "(the subscription would drop every message)")
+    if kv["pod"] is None:
+        err(cwhere, f"{pname}: treespark's --kv-events-topic must be kv@<pod>@<model>")
+    else:
+        m = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\):([0-9]+)", kv["pod"])
+        if m is None or env_field(ms["container"], m.group(1)) != "status.podIP" or int(m.group(2)) != tport:
+            err(cwhere, f"{pname}: the topic's pod id {kv['pod']!r} must be $(POD_IP):{tport} (POD_IP from status.podIP): the "
+                "scorer names endpoints \"<address>:<port>\" and looks up the blocks filed under the topic's pod id")
+    # 2. Keys: the same block size (the scorer re-hashes the events' token ids in its own blocks).
+    bs = (params.get("tokenProcessorConfig") or {}).get("blockSize", LLMD_DEFAULTS["blockSize"])
+    if bs != ms["block"]:
+        err(cwhere, f"{pname}: tokenProcessorConfig.blockSize {bs} != treespark's --prefix-block-tokens {ms['block']}")
+    # 3. Pod discovery from the data layer.
+    if kec.get("discoverPods", LLMD_DEFAULTS["discoverPods"]) and not any(pname in ex for src, ex in wiring.items()
+                                                                         if by_type.get("endpoint-notification-source") and
+                                                                         src == by_type["endpoint-notification-source"].get("name", "endpoint-notification-source")):
+        err(cwhere, f"{pname}: wire endpoint-notification-source -> {pname} in dataLayer (without it subscriptions open only "
+            "while scoring and are never closed when a pod goes)")
+    # 4. Tokenization: the served model's own tokenizer files, through the sidecar.
+    tok = by_type.get("tokenizer")
+    pool = (params.get("indexerConfig") or {}).get("tokenizersPoolConfig")
+    sources = [(f"tokenizer", tok.get("parameters") or {}, (tok.get("parameters") or {}).get("udsTokenizerConfig"))] if tok else []
+    if pool:
+        sources.append(("indexerConfig.tokenizersPoolConfig", pool, pool.get("uds")))
+    if not sources:
+        err(cwhere, f"{pname}: no tokenizer plugin and no indexerConfig.tokenizersPoolConfig: requests cannot be tokenized")
+    models = {p["modelName"] for _, p, _ in sources if p.get("modelName")}
+    if len(models) > 1:
+        err(cwhere, f"{pname}: the tokenizer plugin and tokenizersPoolConfig load different tokenizers {sorted(models)}")
+    for what, p, uds in sources:
+        sock = (uds or {}).get("socketFile", "/tmp/tokenizer/tokenizer-uds.socket")
+        check_uds(cwhere, what, sock, epod, ec)
+        if p.get("modelName"):
+            check_tokenizer_files(cwhere, what, p["modelName"], epod, ec, ms, docker)
+    # 5. Tiers and weights.
+    medium = (kv_event_medium() or "").lower()
+    backends = (params.get("indexerConfig") or {}).get("kvCacheBackendConfigs")
+    weights = {b["name"]: b["weight"] for b in backends} if backends else {"gpu": 1.0, "cpu": 0.8}
+    notes.append(f"llm-d {pname}: {bs}-token blocks, events from tcp://<pod IP>:{sport} topic {kv['topic']!r} (filter {tfilter!r}); "
+                 f"treespark's medium {medium!r} weighs {weights.get(medium, 1.0)}")
+    prof_w = {r["pluginRef"]: r.get("weight", 1) for prof in cfg.get("schedulingProfiles", []) for r in prof.get("plugins", [])}
+    load = [prof_w[n] for n in ("queue-scorer", "kv-cache-utilization-scorer") if n in prof_w]
+    if load and prof_w.get(pname, 0) <= max(load):
+        notes.append(f"llm-d {pname}: weight {prof_w.get(pname, 0)} is not above the load scorers' ({max(load)})")
+
+
+def check_uds(cwhere, what, sock, epod, ec):
+    """The tokenizer socket's folder is one volume, mounted at the same path in the EPP container and a sidecar."""
+    folder = os.path.dirname(sock)
+    vol = next((m["name"] for m in ec.get("volumeMounts", []) if m["mountPath"].rstrip("/") == folder), None)
+    if vol is None:
+        return err(cwhere, f"{what}: the EPP container mounts nothing at {folder} (the tokenizer socket's folder)")
+    side = [c for c in epod["containers"] if c is not ec and any(m["name"] == vol and m["mountPath"].rstrip("/") == folder
+                                                                 for m in c.get("volumeMounts", []))]
+    if not side:
+        err(cwhere, f"{what}: no sidecar container shares volume {vol} at {folder}, where the tokenizer service listens")
+
+
+def check_tokenizer_files(cwhere, what, model_name, epod, ec, ms, docker):
+    """An absolute modelName is a folder the sidecar loads: a volume an init container fills with the served model's
+    tokenizer files from the treespark image. Anything else is downloaded from a hub by name."""
+    if not os.path.isabs(model_name):
+        notes.append(f"llm-d {what}: modelName {model_name!r} is fetched from a hub by the tokenizer sidecar; it must be "
+                     "the served model's tokenizer")
+        return
+    side = [c for c in epod["containers"] if c is not ec]
+    mounts = [(c, m) for c in side for m in c.get("volumeMounts", []) if model_name.startswith(m["mountPath"].rstrip("/") + "/")]
+    if not mounts:
+        return err(cwhere, f"{what}: modelName {model_name} is not under a volume mounted in the tokenizer sidecar")
+    vol = mounts[0][1]["name"]
+    inits = [c for c in epod.get("initContainers", []) if any(m["name"] == vol for m in c.get("volumeMounts", []))]
+    if not inits:
+        return err(cwhere, f"{what}: nothing fills volume {vol} with the tokenizer files of {model_name}")
+    tc = ms["container"]
+    for ic in inits:
+        if ic["image"] != tc["image"]:
+            err(cwhere, f"{what}: init container {ic['name']} runs {ic['image']}, not the treespark image {tc['image']} "
+                "(whose model folder the server tokenizes with)")
+        text = " ".join(ic.get("command", []) + ic.get("args", []))
+        model_dir = ms["model"].rstrip("/")
+        for needed in ("tokenizer.json", "tokenizer_config.json"):
+            src = f"{model_dir}/{needed}"
+            if src not in text:
+                err(cwhere, f"{what}: init container {ic['name']} does not copy {src} (the served model's {needed})")
+        if model_name.rstrip("/") not in text:
+            err(cwhere, f"{what}: init container {ic['name']} does not write to {model_name}")
+        # Every file it copies from the image exists in the repository at the path the Dockerfile copies from.
+        for path in re.findall(r"(/opt/treespark/models/[^\s'\"]+)", text):
+            rel = None
+            for srcs, dest in (docker or {}).get("copies", []):
+                d = dest.rstrip("/")
+                if path == d or path.startswith(d + "/"):
+                    rel = os.path.join(srcs[0].rstrip("/"), path[len(d) + 1:]) if path != d else srcs[0]
+            if rel is None:
+                err(cwhere, f"{what}: {path} is not copied into the image by deploy/Dockerfile")
+            elif not os.path.exists(os.path.join(ROOT, rel)):
+                err(cwhere, f"{what}: {path} comes from {rel}, which does not exist in the repository")
 
 
 def check_kustomization(objs):
+    """The deployable sets: the kustomization's resources, and each EPP variant swapped in for the file it replaces."""
     path = os.path.join(K8S, "kustomization.yaml")
     with open(path) as f:
         k = yaml.safe_load(f)
-    listed = set(k.get("resources", []))
+    listed = list(k.get("resources", []))
     for r in listed:
         if not os.path.exists(os.path.join(K8S, r)):
             err("k8s/kustomization.yaml", f"resource {r} does not exist")
-    for name in {f for f, _ in objs} - listed:
-        err("k8s/kustomization.yaml", f"{name} is not listed in resources")
+    files = {f for f, _ in objs}
+    for name in sorted(files - set(listed)):
+        if name not in EPP_VARIANTS:
+            err("k8s/kustomization.yaml", f"{name} is not listed in resources (nor a known EPP variant)")
+    sets = {"default": set(listed)}
+    for variant, replaces in EPP_VARIANTS.items():
+        if variant in files and variant not in listed:
+            if replaces not in listed:
+                err("k8s/kustomization.yaml", f"{variant} replaces {replaces}, which is not listed")
+            sets[variant] = (set(listed) - {replaces}) | {variant}
     ns = k.get("namespace")
     for f, o in objs:
         if o.get("kind") == "ClusterRoleBinding":
             for s in o.get("subjects", []):
                 if s.get("kind") == "ServiceAccount" and ns and s.get("namespace") != ns:
-                    err(f"ClusterRoleBinding/{o['metadata']['name']}", f"subject namespace {s.get('namespace')} != kustomization namespace {ns}")
+                    err(f"k8s/{f}: ClusterRoleBinding/{o['metadata']['name']}", f"subject namespace {s.get('namespace')} != kustomization namespace {ns}")
+    return sets
 
 
 def main():
@@ -695,22 +1062,28 @@ def main():
     if errors:  # cross checks assume the shapes above
         return report(objs)
     docker = check_dockerfile()
-    check_cross(objs, docker)
-    check_kustomization(objs)
-    return report(objs)
+    sets = check_kustomization(objs)
+    ms = check_model_servers([(f, o) for f, o in objs if f in sets["default"]], docker)
+    if ms is not None:
+        for label, files in sets.items():
+            check_set(label, [(f, o) for f, o in objs if f in files], ms, docker)
+    return report(objs, sets)
 
 
-def report(objs):
+def report(objs, sets=None):
     kinds = {}
     for _, o in objs:
         kinds[o.get("kind")] = kinds.get(o.get("kind"), 0) + 1
     print("check_manifests: parsed " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
-    for n in notes:
+    for label, files in (sets or {}).items():
+        print(f"  set {label}: " + ", ".join(sorted(files)))
+    for n in dict.fromkeys(notes):
         print("  " + n)
-    for e in errors:
+    unique = list(dict.fromkeys(errors))  # checks shared by the sets report once
+    for e in unique:
         print("ERROR " + e)
-    print(f"check_manifests: {len(errors)} error(s)")
-    return 1 if errors else 0
+    print(f"check_manifests: {len(unique)} error(s)")
+    return 1 if unique else 0
 
 
 if __name__ == "__main__":
