@@ -7,13 +7,14 @@
 //                  token / the first turn's;
 //   system prompt: --requests requests sharing one --system-tokens-token system prompt, each with its own question,
 //                  --concurrency at a time: generated tokens/s with the cache against without it;
-// and, per block size of --block-sizes, the system-prompt workload's hits and the cache's bookkeeping per step (its
+// (random ids when the model has no tokenizer), and, per block size of --block-sizes, the system-prompt workload's hits and the cache's bookkeeping per step (its
 // share of the step time). Token ids come from the eval sets' text (eval/*.jsonl through the model's tokenizer),
 // so prompts are realistic text; generation ignores end-of-sequence (fixed lengths).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "benches.h"
@@ -36,8 +37,9 @@ struct Setup {
   int block_tokens = 16;
 };
 
-Engine make_engine(const Setup& s, bool cache, int block_tokens) {
+Engine make_engine(const Setup& s, bool cache, int block_tokens, std::function<void(const StepReport&)> on_step = {}) {
   EngineConfig c;
+  c.on_step = std::move(on_step);
   c.max_batch = s.max_batch;
   c.max_queue = 1024;
   c.max_context = s.bundle->target->config().max_position_embeddings;
@@ -112,13 +114,25 @@ nlohmann::json chat(const Setup& s, const std::vector<int32_t>& corpus, int turn
   std::printf("  %-6s %14s %12s %16s %16s %10s\n", "cache", "conversation", "computed", "computed/final",
               "TTFT 1st, last", "last/1st");
   for (bool cache : {false, true}) {
-    Engine engine = make_engine(s, cache, s.block_tokens);
+    // Where the first token's time goes: the steps up to it (prefill), forward vs the rest.
+    double prefill_step_ms = 0, prefill_forward_ms = 0;
+    bool first_token_seen = false;
+    Engine engine = make_engine(s, cache, s.block_tokens, [&](const StepReport& r) {
+      if (first_token_seen) return;
+      prefill_step_ms += r.step_ms;
+      prefill_forward_ms += r.forward_ms;
+      first_token_seen = r.prefill_requests > 0;  // the one prefill chunk of a turn ends with its first token
+    });
     std::vector<int32_t> conversation;
     std::vector<double> ttft;
+    std::vector<std::pair<double, double>> split;
     for (int t = 0; t < turns; ++t) {
       const auto message = text_ids(corpus, 90000 + size_t(t) * 1009, user);
       conversation.insert(conversation.end(), message.begin(), message.end());
+      prefill_step_ms = prefill_forward_ms = 0;
+      first_token_seen = false;
       const Done d = run_all(engine, {conversation}, o)[0];
+      split.push_back({prefill_step_ms, prefill_forward_ms});
       ttft.push_back(d.stats.ttft_ms);
       conversation.insert(conversation.end(), d.ids.begin(), d.ids.end());
     }
@@ -126,6 +140,8 @@ nlohmann::json chat(const Setup& s, const std::vector<int32_t>& corpus, int turn
     const double ratio = double(m.prompt_tokens_computed) / double(conversation.size());
     std::printf("  %-6s %14zu %12lld %16.2f %7.1f, %6.1f %10.2f\n", cache ? "on" : "off", conversation.size(),
                 (long long)m.prompt_tokens_computed, ratio, ttft.front(), ttft.back(), ttft.back() / ttft.front());
+    std::printf("         first token's step, turn 1: %.1f ms (forward %.1f); last turn: %.1f ms (forward %.1f)\n",
+                split.front().first, split.front().second, split.back().first, split.back().second);
     out[cache ? "on" : "off"] = {{"conversation_tokens", conversation.size()},
                                  {"prompt_tokens_computed", m.prompt_tokens_computed},
                                  {"computed_over_final", ratio}, {"ttft_first_ms", ttft.front()},
@@ -135,7 +151,7 @@ nlohmann::json chat(const Setup& s, const std::vector<int32_t>& corpus, int turn
 }
 
 struct SystemRun {
-  double tok_s = 0, wall_ms = 0, cache_ms_per_step = 0, step_ms = 0;
+  double tok_s = 0, wall_ms = 0, cache_ms_per_step = 0, copy_ms_per_step = 0, step_ms = 0, decode_step_ms = 0;
   int64_t hits = 0, queries = 0, steps = 0;
 };
 
@@ -165,6 +181,7 @@ SystemRun system_prompt_run(const Setup& s, const std::vector<int32_t>& corpus, 
   r.steps = m.steps;
   r.step_ms = m.steps ? m.step_ms_total / m.steps : 0;
   r.cache_ms_per_step = m.steps ? m.prefix_cache_ms_total / m.steps : 0;
+  r.copy_ms_per_step = m.steps ? m.prefix_cache_copy_ms_total / m.steps : 0;
   return r;
 }
 
@@ -177,6 +194,7 @@ int bench_prefix(int argc, char** argv) {
   int prefix = 1000, turns = 8, chat_tokens = 2000, answer = 32, requests = 64, system = 500, concurrency = 8;
   int repeats = 3, threads = 0;
   std::vector<int> block_sizes = {8, 16, 32, 64};
+  std::vector<std::string> workloads = {"shared", "chat", "system"};
   app.add_option("--model", model_dir)->required();
   app.add_option("--drafter", drafter_dir, "DSpark drafter (without it: plain decoding)");
   app.add_option("--mode", mode, "tree | none")->check(CLI::IsMember({"tree", "none"}));
@@ -189,6 +207,7 @@ int bench_prefix(int argc, char** argv) {
   app.add_option("--concurrency", concurrency);
   app.add_option("--block-sizes", block_sizes, "block sizes of the sweep (the first workloads use 16)")->delimiter(',');
   app.add_option("--repeats", repeats);
+  app.add_option("--workloads", workloads, "shared,chat,system (default: all)")->delimiter(',');
   app.add_option("--eval-dir", corpus_dir, "folder of *.jsonl prompt sets for the text (default: eval/ beside the model's repository)");
   app.add_option("--threads", threads);
   app.add_option("--json", json_out);
@@ -201,9 +220,17 @@ int bench_prefix(int argc, char** argv) {
   configure_for_model(bundle.target->weight_bytes(), threads);
   if (corpus_dir.empty()) corpus_dir = model_dir + "/../../eval";
   std::vector<int32_t> corpus;
-  for (const char* name : {"prose", "chat", "code"}) {
-    const cli::PromptSet set = cli::load_prompt_set(corpus_dir + "/" + name + ".jsonl", bundle);
-    for (const auto& ids : set.prompt_ids) corpus.insert(corpus.end(), ids.begin(), ids.end());
+  if (bundle.tokenizer) {
+    for (const char* name : {"prose", "chat", "code"}) {
+      const cli::PromptSet set = cli::load_prompt_set(corpus_dir + "/" + name + ".jsonl", bundle);
+      for (const auto& ids : set.prompt_ids) corpus.insert(corpus.end(), ids.begin(), ids.end());
+    }
+  } else {  // a random-weight model (make-model) has no tokenizer: its text means nothing anyway
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; i < 300000; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      corpus.push_back(int32_t(x % uint64_t(bundle.target->config().vocab_size)));
+    }
   }
   TS_CHECK(corpus.size() > 1000, "bench prefix: the eval sets hold only ", corpus.size(), " tokens");
 
@@ -220,23 +247,34 @@ int bench_prefix(int argc, char** argv) {
               num_threads(), model_dir.c_str(), max_ctx, bundle.drafter ? "TreeSpark (tree, theta 0.05)" : "plain");
   nlohmann::json out;
   out["cpu"] = cpu_model_name();
-  out["shared_prefix"] = shared_prefix(s, corpus, prefix, repeats);
-  out["chat"] = chat(s, corpus, turns, chat_tokens, answer);
+  auto wants = [&](const char* w) { return std::find(workloads.begin(), workloads.end(), w) != workloads.end(); };
+  if (wants("shared")) out["shared_prefix"] = shared_prefix(s, corpus, prefix, repeats);
+  if (wants("chat")) out["chat"] = chat(s, corpus, turns, chat_tokens, answer);
+  if (!wants("system")) {
+    std::ofstream(json_out) << out.dump(2) << "\n";
+    return 0;
+  }
 
   std::printf("system prompt: %d requests, %d-token system prompt + 24-token question, %d tokens each, %d at a time\n",
               requests, system, answer, concurrency);
-  std::printf("  %-7s %6s %9s %8s %10s %10s %12s %9s\n", "cache", "block", "tok/s", "x off", "hit share", "step ms",
-              "cache ms/step", "cache %");
+  std::printf("  (cache ms/step: the prefix cache's work per engine step, averaged over all steps; of which copy: rows "
+              "copied into requests and out into blocks; the rest is bookkeeping)\n");
+  std::printf("  %-7s %6s %9s %8s %10s %10s %12s %10s %9s %11s\n", "cache", "block", "tok/s", "x off", "hit share",
+              "step ms", "cache ms/step", "copy ms", "cache %", "bookkeep %");
   nlohmann::json sweep = nlohmann::json::array();
   const SystemRun off = system_prompt_run(s, corpus, requests, system, answer, false, 16);
-  std::printf("  %-7s %6s %9.1f %8.3f %10s %10.3f %12s %9s\n", "off", "-", off.tok_s, 1.0, "-", off.step_ms, "-", "-");
+  std::printf("  %-7s %6s %9.1f %8.3f %10s %10.3f %12s %10s %9s %11s\n", "off", "-", off.tok_s, 1.0, "-", off.step_ms,
+              "-", "-", "-", "-");
   for (int b : block_sizes) {
     const SystemRun on = system_prompt_run(s, corpus, requests, system, answer, true, b);
     const double share = on.queries ? double(on.hits) / double(on.queries) : 0;
-    std::printf("  %-7s %6d %9.1f %8.3f %10.3f %10.3f %12.4f %9.3f\n", "on", b, on.tok_s, on.tok_s / off.tok_s, share,
-                on.step_ms, on.cache_ms_per_step, on.step_ms > 0 ? 100 * on.cache_ms_per_step / on.step_ms : 0);
+    const double pct = on.step_ms > 0 ? 100 * on.cache_ms_per_step / on.step_ms : 0;
+    const double book = on.step_ms > 0 ? 100 * (on.cache_ms_per_step - on.copy_ms_per_step) / on.step_ms : 0;
+    std::printf("  %-7s %6d %9.1f %8.3f %10.3f %10.3f %12.4f %10.4f %9.3f %11.3f\n", "on", b, on.tok_s,
+                on.tok_s / off.tok_s, share, on.step_ms, on.cache_ms_per_step, on.copy_ms_per_step, pct, book);
     sweep.push_back({{"block_tokens", b}, {"tok_s", on.tok_s}, {"ratio_to_off", on.tok_s / off.tok_s},
-                     {"hit_share", share}, {"step_ms", on.step_ms}, {"cache_ms_per_step", on.cache_ms_per_step}});
+                     {"hit_share", share}, {"step_ms", on.step_ms}, {"cache_ms_per_step", on.cache_ms_per_step},
+                     {"copy_ms_per_step", on.copy_ms_per_step}});
   }
   out["system_prompt"] = {{"off_tok_s", off.tok_s}, {"off_step_ms", off.step_ms}, {"on", sweep}};
   std::ofstream(json_out) << out.dump(2) << "\n";

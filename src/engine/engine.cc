@@ -252,12 +252,14 @@ void Engine::refresh_cached_prefixes() {
 void Engine::import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
   const int b = prefix_cache_->block_tokens();
   const int rows = live.cache.length() + int(blocks.size()) * b;
+  const double t0 = now_ms();
   live.cache.reserve(rows);
   if (live.speculative) live.drafter_state.context.reserve(rows);
   for (const PrefixCache::Block* block : blocks) {
     live.cache.import_rows(b, block->target_rows.data());
     if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
   }
+  metrics_.prefix_cache_copy_ms_total += now_ms() - t0;
   live.stats.cached_prompt_tokens = live.cache.length();
   metrics_.prefix_cache_hits += int64_t(blocks.size()) * b;
 }
@@ -332,18 +334,22 @@ void Engine::store_prefix(Live& live) {
   context.resize(size_t(n));
   const int b = prefix_cache_->block_tokens();
   const int drafter_rows = live.speculative ? live.drafter_state.context.length() : 0;
-  std::vector<uint8_t> target_scratch, drafter_scratch;
-  auto target = [&](int i) {
-    target_scratch.resize(size_t(b) * live.cache.bytes_per_row());
-    live.cache.export_rows(i * b, b, target_scratch.data());
-    return std::pair<const uint8_t*, size_t>(target_scratch.data(), target_scratch.size());
+  double copy_ms = 0;
+  auto target = [&](int i, std::vector<uint8_t>& out) {
+    const double t = now_ms();
+    out.resize(size_t(b) * live.cache.bytes_per_row());
+    live.cache.export_rows(i * b, b, out.data());
+    copy_ms += now_ms() - t;
+    return true;
   };
-  auto drafter = [&](int i) {
-    if ((i + 1) * b > drafter_rows) return std::pair<const uint8_t*, size_t>(nullptr, 0);
+  auto drafter = [&](int i, std::vector<uint8_t>& out) {
+    if ((i + 1) * b > drafter_rows) return false;
+    const double t = now_ms();
     const KVCache& c = live.drafter_state.context;
-    drafter_scratch.resize(size_t(b) * c.bytes_per_row());
-    c.export_rows(i * b, b, drafter_scratch.data());
-    return std::pair<const uint8_t*, size_t>(drafter_scratch.data(), drafter_scratch.size());
+    out.resize(size_t(b) * c.bytes_per_row());
+    c.export_rows(i * b, b, out.data());
+    copy_ms += now_ms() - t;
+    return true;
   };
   // The prompt's names were computed at add(); a context longer than the prompt is named afresh.
   const std::vector<uint64_t> chain =
@@ -353,6 +359,7 @@ void Engine::store_prefix(Live& live) {
   prefix_cache_->store(context.data(), n, chain, prefix_cache_limit_rows(live.done() ? &live : nullptr), target,
                        drafter);
   metrics_.prefix_cache_ms_total += now_ms() - t0;
+  metrics_.prefix_cache_copy_ms_total += copy_ms;
 }
 
 void Engine::emit(Live& live, int32_t token, const float* logits) {

@@ -75,6 +75,7 @@ struct EngineMetrics {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   // Wall time of the prefix cache's own work (lookups, copying rows in and out, eviction), within step_ms_total.
   double prefix_cache_ms_total = 0;
+  double prefix_cache_copy_ms_total = 0;  // of which copying rows into requests' caches and out into blocks
   int64_t generation_tokens = 0;  // tokens emitted (vLLM generation_tokens_total)
   int64_t requests_finished[5] = {0, 0, 0, 0, 0};  // indexed by FinishReason
   int64_t spec_decode_num_drafts = 0;           // speculative rounds

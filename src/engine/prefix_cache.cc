@@ -87,9 +87,8 @@ void PrefixCache::release(const std::vector<const Block*>& blocks) {
   }
 }
 
-PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows,
-                                        const uint8_t* target, size_t target_bytes, const uint8_t* drafter,
-                                        size_t drafter_bytes) {
+PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens,
+                                        int64_t max_rows) {
   evict_to(max_rows - block_tokens_);
   if (rows() + block_tokens_ > max_rows) return nullptr;
   Block& b = blocks_[name];
@@ -98,14 +97,7 @@ PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, cons
   b.parent_serial = parent ? parent->serial : 0;
   if (parent) b.parent_name = parent->name;
   b.tokens.assign(tokens, tokens + block_tokens_);
-  b.target_rows.assign(target, target + target_bytes);
-  if (drafter) add_drafter_rows(b, drafter, drafter_bytes);
-  note_stored(b);
   return &b;
-}
-
-void PrefixCache::add_drafter_rows(Block& b, const uint8_t* drafter, size_t bytes) {
-  b.drafter_rows.assign(drafter, drafter + bytes);
 }
 
 void PrefixCache::note_stored(const Block& b) {

@@ -63,8 +63,8 @@ class PrefixCache {
   void release(const std::vector<const Block*>& blocks);
 
   // Stores the whole blocks of a context: tokens[0, n) with its rows, chain = chain(tokens, n). For block i,
-  // target_rows(i) and drafter_rows(i) return {const uint8_t* rows, size_t bytes}, called only for rows the cache
-  // lacks (drafter_rows may return a null pointer: none to store, e.g. a request
+  // target_rows(i, out) and drafter_rows(i, out) write its rows into the block's buffer (std::vector<uint8_t>&),
+  // called only for rows the cache lacks; drafter_rows returns false when it has none to store (e.g. a request
   // without a drafter, or blocks past its drafter context). A block already held is marked used (and gains drafter
   // rows it lacked); storing stops at a name held by different tokens. Before each new block, evicts down to
   // max_rows - block_tokens rows; when that cannot make room (pinned blocks) the rest is not stored.
@@ -83,10 +83,8 @@ class PrefixCache {
 
  private:
   Block* find(uint64_t name);
-  // Inserts a new entry (store()'s body per new block); returns null when no room.
-  Block* insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows,
-                const uint8_t* target, size_t target_bytes, const uint8_t* drafter, size_t drafter_bytes);
-  void add_drafter_rows(Block& b, const uint8_t* drafter, size_t bytes);
+  // Inserts a new entry without rows (store() fills them); returns null when there is no room.
+  Block* insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows);
   void touch(Block& b, uint64_t stamp);
   void note_stored(const Block& b);
   void remove(Block& b);
@@ -116,13 +114,13 @@ int PrefixCache::store(const int32_t* tokens, int n, const std::vector<uint64_t>
       const bool same = b->parent_serial == (parent ? parent->serial : 0) &&
                         std::equal(b->tokens.begin(), b->tokens.end(), block_tokens);
       if (!same) break;  // a name collision: keep the held block, store nothing after it
-      if (b->drafter_rows.empty())
-        if (auto [drafter, drafter_bytes] = drafter_rows(i); drafter) add_drafter_rows(*b, drafter, drafter_bytes);
+      if (b->drafter_rows.empty() && !drafter_rows(i, b->drafter_rows)) b->drafter_rows.clear();
     } else {
-      auto [target, target_bytes] = target_rows(i);
-      auto [drafter, drafter_bytes] = drafter_rows(i);
-      b = insert(chain[i], parent, block_tokens, max_rows, target, target_bytes, drafter, drafter_bytes);
+      b = insert(chain[i], parent, block_tokens, max_rows);
       if (!b) break;
+      target_rows(i, b->target_rows);
+      if (!drafter_rows(i, b->drafter_rows)) b->drafter_rows.clear();
+      note_stored(*b);
       ++added;
     }
     touch(*b, stamp - i);  // earlier blocks newer: a prefix is evicted from its end

@@ -22,14 +22,13 @@ std::vector<int32_t> tokens(int n, int32_t first = 100) {
 // Rows of block i: bytes that say which context and block they came from.
 struct FakeRows {
   uint8_t tag;
-  std::vector<uint8_t> scratch;
-  std::pair<const uint8_t*, size_t> operator()(int i) {
-    scratch.assign(8, uint8_t(tag * 16 + i));
-    return {scratch.data(), scratch.size()};
+  bool operator()(int i, std::vector<uint8_t>& out) const {
+    out.assign(8, uint8_t(tag * 16 + i));
+    return true;
   }
 };
 struct NoRows {
-  std::pair<const uint8_t*, size_t> operator()(int) const { return {nullptr, 0}; }
+  bool operator()(int, std::vector<uint8_t>&) const { return false; }
 };
 
 int store(PrefixCache& cache, const std::vector<int32_t>& t, uint8_t tag, int64_t max_rows = 1 << 20,
