@@ -219,15 +219,8 @@ TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
     accepted += ca.stats.accepted_draft_tokens + cb.stats.accepted_draft_tokens;
   }
   EXPECT_GE(shared_steps, N) << "the two requests must decode in the same steps";
-  auto tv_and_bound = [&](std::map<std::vector<int32_t>, double>& exact, std::map<std::vector<int32_t>, double>& got) {
-    double bound = 0, tv = 0;
-    for (auto& [s, p] : exact) {
-      bound += 0.5 * std::sqrt(p * (1 - p) / N);
-      tv += 0.5 * std::fabs(p - got[s]);
-    }
-    for (auto& [s, q] : got)
-      if (!exact.count(s)) tv += 0.5 * q;
-    return std::make_pair(tv, 1.5 * bound + 0.01);
+  auto tv_and_bound = [&](const testing::Continuations& exact, const testing::Continuations& got) {
+    return testing::tv_and_bound(exact, got, N);
   };
   auto [tv_a, bound_a] = tv_and_bound(exact_a, count_a);
   auto [tv_b, bound_b] = tv_and_bound(exact_b, count_b);

@@ -347,15 +347,8 @@ TEST(LogitEdits, SampledTreesKeepTheEditedTargetDistribution) {
     // root row.
     deep_rounds += stats_a.rounds == 1 && stats_a.accepted_draft_tokens > 0;
   }
-  auto tv_and_bound = [&](std::map<std::vector<int32_t>, double>& exact, std::map<std::vector<int32_t>, double>& got) {
-    double bound = 0, tv = 0;
-    for (auto& [s, p] : exact) {
-      bound += 0.5 * std::sqrt(p * (1 - p) / N);
-      tv += 0.5 * std::fabs(p - got[s]);
-    }
-    for (auto& [s, q] : got)
-      if (!exact.count(s)) tv += 0.5 * q;
-    return std::make_pair(tv, 1.5 * bound + 0.01);
+  auto tv_and_bound = [&](const testing::Continuations& exact, const testing::Continuations& got) {
+    return testing::tv_and_bound(exact, got, N);
   };
   // The mass that lifting the mask at depth 1 gives A's stop id, within 4.5 standard errors.
   double third_stop_exact = 0, third_stop_sampled = 0;

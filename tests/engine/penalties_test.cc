@@ -221,15 +221,8 @@ TEST(Penalties, SampledTreesKeepThePenalizedTargetDistribution) {
     accepted += stats_a.accepted_draft_tokens;
     deep_rounds += stats_a.rounds == 1 && stats_a.accepted_draft_tokens > 0;  // token 3 from a depth-1 row
   }
-  auto tv_and_bound = [&](std::map<std::vector<int32_t>, double>& exact, std::map<std::vector<int32_t>, double>& got) {
-    double bound = 0, tv = 0;
-    for (auto& [s, p] : exact) {
-      bound += 0.5 * std::sqrt(p * (1 - p) / N);
-      tv += 0.5 * std::fabs(p - got[s]);
-    }
-    for (auto& [s, q] : got)
-      if (!exact.count(s)) tv += 0.5 * q;
-    return std::make_pair(tv, 1.5 * bound + 0.01);
+  auto tv_and_bound = [&](const testing::Continuations& exact, const testing::Continuations& got) {
+    return testing::tv_and_bound(exact, got, N);
   };
   // The mass of "token 3 repeats token 2", which the path's counts decide, within 4.5 standard errors.
   auto repeats = [](std::map<std::vector<int32_t>, double>& d) {

@@ -1,10 +1,12 @@
 // Random tiny target/drafter pairs for engine tests, and the exact distribution of short continuations.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/drafter.h"
@@ -110,6 +112,23 @@ inline void exact_continuations(TargetModel& m, const std::vector<int32_t>& prom
     frontier.swap(next);
   }
   for (auto& [s, mass] : frontier) (*out)[s] += mass;
+}
+
+// Sampled continuations and their probabilities (exact ones from exact_continuations, or observed frequencies).
+using Continuations = std::map<std::vector<int32_t>, double>;
+
+// Total variation between the exact distribution and N samples' frequencies, and the bound a lossless sampler stays
+// under: 1.5 x the sum of per-cell standard errors (half of each sqrt(p (1 - p) / N), TV being half of L1) + 0.01.
+inline std::pair<double, double> tv_and_bound(const Continuations& exact, const Continuations& got, int N) {
+  double bound = 0, tv = 0;
+  for (const auto& [s, p] : exact) {
+    bound += 0.5 * std::sqrt(p * (1 - p) / N);
+    const auto it = got.find(s);
+    tv += 0.5 * std::fabs(p - (it == got.end() ? 0.0 : it->second));
+  }
+  for (const auto& [s, q] : got)
+    if (!exact.count(s)) tv += 0.5 * q;
+  return {tv, 1.5 * bound + 0.01};
 }
 
 }  // namespace ts::testing

@@ -16,6 +16,7 @@
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
 #include "server/model_setup.h"
+#include "server/engine_server.h"
 #include "server/server_fixture.h"
 
 namespace ts::server::testing {
@@ -43,17 +44,7 @@ class EngineServerTest : public ::testing::Test {
     ec.max_context = 512;
     ec.calibration = bundle_->calibration;
     ec.cost_model = cost;
-    backend_ = std::make_unique<EngineBackend>(*bundle_->target, bundle_->drafter.get(), ec);
-    ServerOptions so;
-    so.port = 0;
-    so.max_batch = ec.max_batch;
-    so.max_queue = ec.max_queue;
-    server_ = std::make_unique<HttpServer>(so);
-    port_ = server_->bind();
-    server_->start();
-    ServedModel served = describe_model(*bundle_, "treespark-target", backend_->max_context());
-    served.request_defaults = defaults;
-    server_->set_ready(*backend_, std::move(served));
+    port_ = start_engine_server(*bundle_, ec, defaults, &backend_, &server_);
   }
   void TearDown() override {
     if (server_) server_->stop();

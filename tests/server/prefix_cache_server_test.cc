@@ -11,6 +11,7 @@
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
 #include "server/model_setup.h"
+#include "server/engine_server.h"
 #include "server/server_fixture.h"
 
 namespace ts::server::testing {
@@ -87,15 +88,6 @@ class PrefixCacheServerTest : public ::testing::Test {
     ec.max_context = 512;
     ec.calibration = bundle_->calibration;
     ec.prefix_cache = prefix_cache;
-    backend_ = std::make_unique<EngineBackend>(*bundle_->target, bundle_->drafter.get(), ec);
-    ServerOptions so;
-    so.port = 0;
-    so.max_batch = ec.max_batch;
-    so.max_queue = ec.max_queue;
-    server_ = std::make_unique<HttpServer>(so);
-    port_ = server_->bind();
-    server_->start();
-    ServedModel served = describe_model(*bundle_, "treespark-target", backend_->max_context());
     RequestOptions o;
     o.mode = DecodeMode::Tree;
     o.tree.theta = 0.05;
@@ -103,8 +95,7 @@ class PrefixCacheServerTest : public ::testing::Test {
     o.tree.branch_cap = 4;
     o.tree.draft_len = bundle_->drafter->block_size() - 1;
     o.adaptive = false;
-    served.request_defaults = o;
-    server_->set_ready(*backend_, std::move(served));
+    port_ = start_engine_server(*bundle_, ec, o, &backend_, &server_);
   }
   void stop() {
     if (server_) server_->stop();
