@@ -247,6 +247,13 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "treespark serve: ready: model '%s', mode %s%s, max batch %d, max queue %d, context %d\n",
                name.c_str(), defaults.mode == DecodeMode::None ? "none" : spec.mode.c_str(),
                engine.cost_model ? " (load-adaptive)" : "", engine.max_batch, engine.max_queue, backend->max_context());
+  const EngineMetrics at_start = backend->metrics();
+  if (engine.prefix_cache)
+    std::fprintf(stderr, "treespark serve: prefix cache: blocks of %d tokens within a KV budget of %lld MB (%lld blocks)\n",
+                 at_start.prefix_cache_block_tokens, (long long)(at_start.kv_budget_bytes >> 20),
+                 (long long)at_start.prefix_cache_capacity_blocks);
+  else
+    std::fprintf(stderr, "treespark serve: prefix cache off\n");
 
   {
     std::unique_lock<std::mutex> lock(mu);
