@@ -443,6 +443,7 @@ StepReport Engine::step() {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
     it->second->finish = FinishReason::Cancelled;
+    if (it->second->admitted) store_prefix(*it->second);  // what it computed stays reusable (a client that left)
     deliver(*it->second);
   }
   admit_all(plan.admit);

@@ -241,6 +241,33 @@ TEST(PrefixCacheEngine, CancellationMidPrefillReleasesItsReservationAndKeepsItsB
   expect_same(again, run(cold, longp, options(DecodeMode::Tree, 0, 1, 8)), "the cancelled prompt, sent again");
 }
 
+// A request cancelled while decoding (a chat client that went away) leaves its prompt and the answer so far in the
+// cache: the next turn, built on that partial answer, reuses them.
+TEST(PrefixCacheEngine, ACancelledRequestsPromptAndPartialAnswerStayReusable) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 16);
+  EngineConfig config;
+  config.prefix_block_tokens = 4;
+  Engine warm(*pair.target, pair.drafter.get(), config);
+  config.prefix_cache = false;
+  Engine cold(*pair.target, pair.drafter.get(), config);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back(int32_t((i * 7 + 1) % 19));
+  Output partial;
+  const RequestId id = warm.add({prompt, options(DecodeMode::Tree, 0, 1, 60)}, collect(&partial));
+  while (partial.ids.size() < 10) warm.step();
+  warm.cancel(id);
+  warm.step();
+  ASSERT_EQ(partial.finish, FinishReason::Cancelled);
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), partial.ids.begin(), partial.ids.end());
+  next.push_back(3);
+  const Output turn = run(warm, next, options(DecodeMode::Tree, 0, 2, 8));
+  // Its context held the prompt and every answer token but the last (not yet fed back).
+  const int held = int(prompt.size() + partial.ids.size()) - 1;
+  EXPECT_EQ(turn.stats.cached_prompt_tokens, held / 4 * 4);
+  expect_same(turn, run(cold, next, options(DecodeMode::Tree, 0, 2, 8)), "the turn after a cancelled answer");
+}
+
 // The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
 // after the first (blocks of 2 tokens): the continuations still follow the target distribution.
 TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) {
