@@ -62,8 +62,19 @@ while True:
 ctx = zmq.Context()
 sub = ctx.socket(zmq.SUB)
 sub.setsockopt(zmq.SUBSCRIBE, topic)
+# PUB drops messages for subscriptions it has not seen yet: wait until the connection's handshake is done (socket
+# monitor), then give the subscription message a moment to reach the publisher, before any event can be sent.
+from zmq.utils.monitor import recv_monitor_message
+monitor = sub.get_monitor_socket()
 sub.connect("tcp://127.0.0.1:%d" % zport)
-time.sleep(1.0)  # the subscription reaches the publisher before any event is sent (PUB drops unsubscribed ones)
+handshake_deadline = time.time() + 60
+while True:
+    assert time.time() < handshake_deadline, "the SUB socket never completed its handshake with the publisher"
+    if monitor.poll(100) and recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+        break
+sub.disable_monitor()
+monitor.close()
+time.sleep(1.0)
 
 def tokenize(text):
     out = subprocess.run([bin, "tokenize", "--tokenizer", src + "/models/treespark-target", "--text", text, "--json"],
