@@ -6,14 +6,8 @@
 # SIGTERM the stream is cancelled at the deadline and the process exits within the drain timeout + 1 s.
 # Usage: drain_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
-bin=$1
-src=$2
-py=/usr/bin/python3
-work=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+source "$(dirname "$0")/serve_test_lib.sh" "$@"
+port=$(free_port)
 "$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
   --fixed-theta --threads 1 --max-batch 2 --max-context 1024 2> "$work/serve.log" &
 pid=$!

@@ -24,17 +24,8 @@ namespace {
 
 using nlohmann::json;
 
-class EngineServerTest : public ::testing::Test {
+class EngineServerTest : public ShippedPairServerTest {
  protected:
-  static void SetUpTestSuite() {
-    set_num_threads(1);
-    bundle_ = new ModelBundle(ModelBundle::load(std::string(TS_SOURCE_DIR) + "/models/treespark-target",
-                                                std::string(TS_SOURCE_DIR) + "/models/treespark-drafter"));
-  }
-  static void TearDownTestSuite() {
-    delete bundle_;
-    bundle_ = nullptr;
-  }
   void start(RequestOptions defaults, std::optional<CostModel> cost = std::nullopt, int max_batch = 4,
              int max_queue = 8, std::function<void(const StepReport&)> on_step = nullptr) {
     EngineConfig ec;
@@ -45,11 +36,6 @@ class EngineServerTest : public ::testing::Test {
     ec.calibration = bundle_->calibration;
     ec.cost_model = cost;
     port_ = start_engine_server(*bundle_, ec, defaults, &backend_, &server_);
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-    server_.reset();
-    backend_.reset();
   }
   httplib::Result post(const json& body) {
     httplib::Client c("127.0.0.1", port_);
@@ -98,13 +84,7 @@ class EngineServerTest : public ::testing::Test {
       EXPECT_EQ(texts[i], bundle_->tokenizer->decode(shown)) << "prompt " << i;
     }
   }
-
-  static ModelBundle* bundle_;
-  std::unique_ptr<EngineBackend> backend_;
-  std::unique_ptr<HttpServer> server_;
-  int port_ = 0;
 };
-ModelBundle* EngineServerTest::bundle_ = nullptr;
 
 const std::vector<std::string> kPrompts = {"def fibonacci(n):\n", "The history of the city", "import numpy as np\n",
                                            "Once upon a time", "for i in range(10):"};

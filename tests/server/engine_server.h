@@ -2,7 +2,12 @@
 // tests that run the batched engine through HTTP (engine_e2e_test.cc, prefix_cache_server_test.cc) start.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
+#include <string>
+
+#include "core/cpu.h"
 
 #include "engine/model_bundle.h"
 #include "server/engine_backend.h"
@@ -27,5 +32,31 @@ inline int start_engine_server(const ModelBundle& bundle, const EngineConfig& co
   (*server)->set_ready(**backend, std::move(served));
   return port;
 }
+
+// The shipped pair, loaded once per test suite (one thread), and the engine server a test starts over it with
+// start_engine_server; TearDown stops it.
+class ShippedPairServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    set_num_threads(1);
+    bundle_ = new ModelBundle(ModelBundle::load(std::string(TS_SOURCE_DIR) + "/models/treespark-target",
+                                                std::string(TS_SOURCE_DIR) + "/models/treespark-drafter"));
+  }
+  static void TearDownTestSuite() {
+    delete bundle_;
+    bundle_ = nullptr;
+  }
+  void stop() {
+    if (server_) server_->stop();
+    server_.reset();
+    backend_.reset();
+  }
+  void TearDown() override { stop(); }
+
+  inline static ModelBundle* bundle_ = nullptr;
+  std::unique_ptr<EngineBackend> backend_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
 
 }  // namespace ts::server::testing

@@ -14,14 +14,7 @@
 #   - at the end the blocks the subscriber believes held equal /metrics' treespark:prefix_cache_blocks.
 # Usage: kv_events_e2e_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
-bin=$1
-src=$2
-py=/usr/bin/python3
-work=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/serve_test_lib.sh" "$@"
 port=$(free_port)
 zport=$(free_port)
 topic=kv@test@treespark

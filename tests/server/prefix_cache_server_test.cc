@@ -67,17 +67,8 @@ struct Answer {
   int prompt_tokens = -1, cached_tokens = -1;
 };
 
-class PrefixCacheServerTest : public ::testing::Test {
+class PrefixCacheServerTest : public ShippedPairServerTest {
  protected:
-  static void SetUpTestSuite() {
-    set_num_threads(1);
-    bundle_ = new ModelBundle(ModelBundle::load(std::string(TS_SOURCE_DIR) + "/models/treespark-target",
-                                                std::string(TS_SOURCE_DIR) + "/models/treespark-drafter"));
-  }
-  static void TearDownTestSuite() {
-    delete bundle_;
-    bundle_ = nullptr;
-  }
   // A fresh engine (an empty prefix cache) behind a fresh server; tree speculation at a fixed theta, so cached
   // drafter rows are read too.
   void start(bool prefix_cache) {
@@ -97,12 +88,6 @@ class PrefixCacheServerTest : public ::testing::Test {
     o.adaptive = false;
     port_ = start_engine_server(*bundle_, ec, o, &backend_, &server_);
   }
-  void stop() {
-    if (server_) server_->stop();
-    server_.reset();
-    backend_.reset();
-  }
-  void TearDown() override { stop(); }
 
   httplib::Result post(const std::string& path, const json& body) {
     httplib::Client c("127.0.0.1", port_);
@@ -160,13 +145,7 @@ class PrefixCacheServerTest : public ::testing::Test {
     return m ? m->body : "";
   }
   std::vector<int32_t> encode(const std::string& text) const { return bundle_->tokenizer->encode(text); }
-
-  static ModelBundle* bundle_;
-  std::unique_ptr<EngineBackend> backend_;
-  std::unique_ptr<HttpServer> server_;
-  int port_ = 0;
 };
-ModelBundle* PrefixCacheServerTest::bundle_ = nullptr;
 
 const std::string kModel = "{model_name=\"treespark-target\"";
 

@@ -6,14 +6,8 @@
 # (speculating) equal `treespark generate --mode none --logprobs`.
 # Usage: seeded_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
-bin=$1
-src=$2
-py=/usr/bin/python3
-work=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+source "$(dirname "$0")/serve_test_lib.sh" "$@"
+port=$(free_port)
 for start in 1 2; do
   "$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
     --threads 1 --max-batch 2 --max-context 1024 --cost-curve "$src/tests/data/server/cost_curve.json" \
