@@ -3,8 +3,10 @@
 // the product (kernel_table.cc).
 #include "kernels/linear.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/cpu.h"
@@ -19,29 +21,28 @@ namespace ts::kernels {
 
 namespace {
 
-// weight [out, in] of `dtype` -> f32 or bf16 bits, row-major [out, in].
-std::vector<float> weights_as_f32(const void* weight, DType dtype, size_t n) {
-  std::vector<float> out(n);
-  if (dtype == DType::F32) {
-    std::memcpy(out.data(), weight, n * 4);
-  } else {
-    const uint16_t* src = static_cast<const uint16_t*>(weight);
-    for (size_t i = 0; i < n; ++i) out[i] = dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
-  }
-  return out;
+// Element i of a weight of `dtype` as f32 / as bf16 bits.
+float weight_f32(const void* weight, DType dtype, size_t i) {
+  if (dtype == DType::F32) return static_cast<const float*>(weight)[i];
+  const uint16_t h = static_cast<const uint16_t*>(weight)[i];
+  return dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+uint16_t weight_bf16(const void* weight, DType dtype, size_t i) {
+  if (dtype == DType::BF16) return static_cast<const uint16_t*>(weight)[i];
+  return f32_to_bf16(weight_f32(weight, dtype, i));
 }
 
-std::vector<uint16_t> weights_as_bf16(const void* weight, DType dtype, size_t n) {
-  std::vector<uint16_t> out(n);
-  if (dtype == DType::BF16) {
-    std::memcpy(out.data(), weight, n * 2);
-  } else if (dtype == DType::F32) {
-    const float* src = static_cast<const float*>(weight);
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
-  } else {
-    const uint16_t* src = static_cast<const uint16_t*>(weight);
-    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(f16_to_f32(src[i]));
-  }
+// weight [out, in] of `dtype` -> T (f32, or bf16 bits), row-major [out, in]. Uninitialised, then converted on the
+// kernels' threads for big matrices: a zero-filled buffer and one thread would double a multi-GB load's time.
+template <typename T, typename Convert>
+std::unique_ptr<T[]> converted_weights(size_t n, const Convert& convert) {
+  std::unique_ptr<T[]> out(new T[n]);
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
+  cpu::parallel_ranges(chunks, n >= (size_t(1) << 22), [&](int64_t c0, int64_t c1) {
+    const size_t end = std::min(n, size_t(c1) * kChunk);
+    for (size_t i = size_t(c0) * kChunk; i < end; ++i) out[i] = convert(i);
+  });
   return out;
 }
 
@@ -63,18 +64,16 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   TS_CHECK(in_features % block_values(quant) == 0, "Linear: ", quant_type_name(quant), " needs in_features a multiple of ",
            block_values(quant), ", got ", in_features);
   const size_t rb = row_bytes(quant, in_features);
-  std::vector<uint8_t> blocks(rb * out_features);  // [out][in / 32] blocks
+  std::unique_ptr<uint8_t[]> blocks(new uint8_t[rb * out_features]);  // [out][in / 32] blocks, each row written below
   // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round).
-  const size_t elem = dtype_size(weight_dtype);
   cpu::parallel_ranges(out_features, true, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(in_features);  // [in]
     for (int64_t o = begin; o < end; ++o) {
-      const std::vector<float> row =
-          weights_as_f32(static_cast<const uint8_t*>(weight) + size_t(o) * in_features * elem, weight_dtype,
-                         size_t(in_features));  // [in]
-      ref::quantize_row(quant, row.data(), blocks.data() + rb * o, in_features);
+      for (int k = 0; k < in_features; ++k) row[k] = weight_f32(weight, weight_dtype, size_t(o) * in_features + k);
+      ref::quantize_row(quant, row.data(), blocks.get() + rb * o, in_features);
     }
   });
-  *this = from_blocks(blocks.data(), quant, out_features, in_features);
+  *this = from_blocks(blocks.get(), quant, out_features, in_features);
 }
 
 Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features, int in_features) {
@@ -109,11 +108,11 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   const size_t n = size_t(out_features) * in_features;
   if (compute == DType::BF16) {
     // Checkpoint already in the compute type: pack straight from it (an lm_head can be ~300 MB).
-    std::vector<uint16_t> converted;
+    std::unique_ptr<uint16_t[]> converted;
     const uint16_t* w = static_cast<const uint16_t*>(weight);  // [out, in]
     if (weight_dtype != DType::BF16) {
-      converted = weights_as_bf16(weight, weight_dtype, n);
-      w = converted.data();
+      converted = converted_weights<uint16_t>(n, [&](size_t i) { return weight_bf16(weight, weight_dtype, i); });
+      w = converted.get();
     }
     m.packed_bytes = cpu::packed_elems_bf16(out_features, in_features) * 2;
     // Zeroed slack after the last group (allocate_weight_block zeroes): the amx GEMM's last k step reads whole
@@ -121,11 +120,11 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
     m.packed = allocate_weight_block(m.packed_bytes + cpu::kPackedSlackBytes);
     cpu::pack_bf16(w, out_features, in_features, static_cast<uint16_t*>(m.packed.get()));
   } else {
-    std::vector<float> converted;
+    std::unique_ptr<float[]> converted;
     const float* w = static_cast<const float*>(weight);  // [out, in]
     if (weight_dtype != DType::F32) {
-      converted = weights_as_f32(weight, weight_dtype, n);
-      w = converted.data();
+      converted = converted_weights<float>(n, [&](size_t i) { return weight_f32(weight, weight_dtype, i); });
+      w = converted.get();
     }
     m.packed_bytes = cpu::packed_elems_f32(out_features, in_features) * 4;
     m.packed = allocate_weight_block(m.packed_bytes);

@@ -2,10 +2,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 #include <memory>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/qgemm.h"
 #include "kernels/quant.h"
 #include "model/gguf_model.h"
@@ -133,41 +135,57 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
   if (any_quant && all_same_quant && kernels::cpu::qgemm_supports(first) && in % kernels::block_values(first) == 0) {
     size_t bytes = 0;
     for (const io::GgufTensor* t : parts) bytes += t->nbytes;
-    std::unique_ptr<uint8_t[]> blocks(new uint8_t[bytes]);  // [total_rows][row bytes], Hugging Face row order
+    if (stacked_.size() < bytes) stacked_.resize(bytes);
+    uint8_t* blocks = stacked_.data();  // [total_rows][row bytes], Hugging Face row order
     size_t at = 0;
     for (const io::GgufTensor* t : parts) {
-      rows_in_hf_order(*t, blocks.get() + at);
+      rows_in_hf_order(*t, blocks + at);
       at += t->nbytes;
     }
-    return kernels::Linear::from_blocks(blocks.get(), first, int(total_rows), int(in));
+    return kernels::Linear::from_blocks(blocks, first, int(total_rows), int(in));
   }
-  // One F32 tensor in Hugging Face row order is packed straight from the mapping (GGUF aligns tensor data to at
-  // least 32 bytes). Otherwise each part is converted into its slice of one uninitialised buffer: no zero-filled
-  // buffers, no intermediate copies (a large file's load is mostly these passes over the weights).
-  const float* values = nullptr;  // [total_rows, in]
-  std::unique_ptr<float[]> stacked;
-  DType only;
+  // Float parts of one type keep it: one tensor in Hugging Face row order is packed straight from the mapping (GGUF
+  // aligns tensor data to at least 32 bytes), several are stacked as raw rows into one uninitialised buffer; Linear
+  // converts to the compute type while packing. Mixed types (or a quantized part of a mixed product) go through one
+  // f32 buffer. No zero-filled buffers, no intermediate copies: a large file's load is mostly these passes.
+  DType only = DType::F32;
+  bool same_float = !any_quant && float_type(parts[0]->ggml_type, &only);
+  for (const io::GgufTensor* t : parts) {
+    DType d;
+    same_float = same_float && float_type(t->ggml_type, &d) && d == only;
+  }
+  const void* values = nullptr;  // [total_rows, in] of `only`
+  std::unique_ptr<uint8_t[]> stacked;
   const auto mapping = gguf_tensor_to_hf(parts[0]->name, arch_);
-  if (parts.size() == 1 && float_type(parts[0]->ggml_type, &only) && only == DType::F32 &&
-      !(mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) &&
-      reinterpret_cast<uintptr_t>(parts[0]->data) % alignof(float) == 0) {
-    values = reinterpret_cast<const float*>(parts[0]->data);
-  } else {
-    stacked.reset(new float[size_t(total_rows) * size_t(in)]);
+  if (same_float && parts.size() == 1 && !(mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) &&
+      reinterpret_cast<uintptr_t>(parts[0]->data) % dtype_size(only) == 0) {
+    values = parts[0]->data;
+  } else if (same_float) {
+    const size_t bytes = size_t(total_rows) * size_t(in) * dtype_size(only);
+    if (stacked_.size() < bytes) stacked_.resize(bytes);
     size_t at = 0;
     for (const io::GgufTensor* t : parts) {
-      rows_as_f32(*t, stacked.get() + at);
+      rows_in_hf_order(*t, stacked_.data() + at);
+      at += t->nbytes;
+    }
+    values = stacked_.data();
+  } else {
+    only = DType::F32;
+    stacked.reset(new uint8_t[size_t(total_rows) * size_t(in) * sizeof(float)]);
+    size_t at = 0;
+    for (const io::GgufTensor* t : parts) {
+      rows_as_f32(*t, reinterpret_cast<float*>(stacked.get()) + at);
       at += size_t(t->numel());
     }
     values = stacked.get();
   }
   if (any_quant) {
     requantized_.push_back(hf_names[0]);
-    return kernels::Linear(values, DType::F32, int(total_rows), int(in), widest);
+    return kernels::Linear(values, only, int(total_rows), int(in), widest);
   }
   if (const auto quant = plan.quant_for(role, int(in)))
-    return kernels::Linear(values, DType::F32, int(total_rows), int(in), *quant);
-  return kernels::Linear(values, DType::F32, int(total_rows), int(in), plan.compute);
+    return kernels::Linear(values, only, int(total_rows), int(in), *quant);
+  return kernels::Linear(values, only, int(total_rows), int(in), plan.compute);
 }
 
 io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const {
@@ -181,9 +199,19 @@ io::TensorRef GgufWeights::embedding(int64_t vocab, int64_t hidden, std::vector<
     ref.nbytes = t.nbytes;
     return ref;
   }
-  const std::vector<float> f = rows_as_f32(t);  // [vocab, hidden]
-  owned->resize(f.size());
-  for (size_t i = 0; i < f.size(); ++i) (*owned)[i] = f32_to_bf16(f[i]);
+  // A quantized table is widened to bf16 rows (what the lookup reads), row by row on the kernels' threads: a 150k
+  // vocabulary is ~1e8 values, too many for one thread at load.
+  kernels::QuantType q;
+  kernels::quant_type_from_id(t.ggml_type, &q);
+  owned->resize(size_t(vocab) * size_t(hidden));  // [vocab, hidden] bf16 bits
+  kernels::cpu::parallel_ranges(vocab, vocab * hidden >= (int64_t(1) << 22), [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(hidden));  // [hidden]
+    for (int64_t r = r0; r < r1; ++r) {
+      kernels::ref::dequantize_row(q, t.data + r * t.row_bytes(), row.data(), hidden);
+      uint16_t* out = owned->data() + r * hidden;
+      for (int64_t i = 0; i < hidden; ++i) out[i] = f32_to_bf16(row[size_t(i)]);
+    }
+  });
   ref.dtype = DType::BF16;
   ref.data = reinterpret_cast<const uint8_t*>(owned->data());
   ref.nbytes = owned->size() * 2;

@@ -47,6 +47,9 @@ class GgufWeights {
   std::string arch_;
   int head_dim_;
   mutable std::vector<std::string> requantized_;
+  // Fused products' parts are stacked here before packing: one buffer for every layer, so its pages are faulted in
+  // once (on a VM fresh pages cost about as much as the copy).
+  mutable std::vector<uint8_t> stacked_;
 };
 
 }  // namespace ts

@@ -1,6 +1,7 @@
 #include "model/layer.h"
 
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -27,7 +28,8 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
 }
 
 kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
-                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role) {
+                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role,
+                            std::vector<uint8_t>* stack_scratch) {
   TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
   int64_t total_rows = 0;
   for (auto r : rows) total_rows += r;
@@ -43,8 +45,16 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
     same_dtype = same_dtype && parts.back()->dtype == parts[0]->dtype;
   }
   if (same_dtype) {
-    std::vector<uint8_t> stacked;  // [total_rows, in] of the parts' dtype
-    for (auto* p : parts) stacked.insert(stacked.end(), p->data, p->data + p->nbytes);
+    std::vector<uint8_t> local;
+    std::vector<uint8_t>& stacked = stack_scratch ? *stack_scratch : local;  // [total_rows, in] of the parts' dtype
+    size_t bytes = 0;
+    for (auto* p : parts) bytes += p->nbytes;
+    if (stacked.size() < bytes) stacked.resize(bytes);
+    size_t at = 0;
+    for (auto* p : parts) {
+      std::memcpy(stacked.data() + at, p->data, p->nbytes);
+      at += p->nbytes;
+    }
     return make_linear(stacked.data(), parts[0]->dtype, total_rows, in, plan, role);
   }
   std::vector<float> stacked;  // [total_rows, in]
@@ -68,8 +78,11 @@ LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, c
 LayerSource checkpoint_source(const io::Checkpoint& ckpt) {
   LayerSource source;
   source.vector = [&ckpt](const std::string& name, int64_t n) { return load_vector(ckpt, name, n); };
-  source.linear = [&ckpt](const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t in,
-                          const WeightPlan& p, MatrixRole role) { return load_linear(ckpt, names, rows, in, p, role); };
+  auto stack_scratch = std::make_shared<std::vector<uint8_t>>();  // shared by all layers, freed with the source
+  source.linear = [&ckpt, stack_scratch](const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                                         int64_t in, const WeightPlan& p, MatrixRole role) {
+    return load_linear(ckpt, names, rows, in, p, role, stack_scratch.get());
+  };
   return source;
 }
 

@@ -63,8 +63,11 @@ std::vector<float> load_vector(const io::Checkpoint& ckpt, const std::string& na
 // A linear layer from one or more [rows_i, in] tensors stacked along the output dimension.
 kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
                             const std::vector<int64_t>& rows, int64_t in, DType compute);
+// stack_scratch: where parts of one dtype are stacked before packing; a caller loading many layers passes one buffer
+// for all, so its pages are faulted in once (fresh pages cost about as much as the copy on a VM).
 kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
-                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role);
+                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role,
+                            std::vector<uint8_t>* stack_scratch = nullptr);
 
 // Scratch buffers reused across layers and calls (resized on demand).
 struct LayerScratch {

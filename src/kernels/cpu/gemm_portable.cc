@@ -9,14 +9,15 @@
 namespace ts::kernels::cpu {
 
 // Packing runs once at load; threads help only for big layers (a tiny model's load then starts no pool worker,
-// which would otherwise spin for a while after the last run).
+// which would otherwise spin for a while after the last run). Each range zeroes its own groups first, so the first
+// touch of a fresh buffer's pages (the kernel clearing them) is split across the threads too.
 constexpr int64_t kParallelPackElems = int64_t(1) << 22;
 
 void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16_t* packed) {
   const int kp = gemm_k_padded_bf16(in_features);
   const int groups = gemm_groups(out_features);
-  std::memset(packed, 0, packed_elems_bf16(out_features, in_features) * sizeof(uint16_t));
   parallel_ranges(groups, int64_t(out_features) * in_features >= kParallelPackElems, [&](int64_t g0, int64_t g1) {
+    std::memset(packed + size_t(g0) * kp * kGroupCols, 0, size_t(g1 - g0) * kp * kGroupCols * sizeof(uint16_t));
     for (int g = int(g0); g < int(g1); ++g) {
       uint16_t* dst_group = packed + size_t(g) * kp * kGroupCols;  // [k_pairs][64 cols][2]
       for (int c = 0; c < kGroupCols; ++c) {
@@ -31,8 +32,9 @@ void pack_bf16(const uint16_t* w_bf16, int out_features, int in_features, uint16
 
 void pack_f32(const float* w_f32, int out_features, int in_features, float* packed) {
   const int groups = gemm_groups(out_features);
-  std::memset(packed, 0, packed_elems_f32(out_features, in_features) * sizeof(float));
   parallel_ranges(groups, int64_t(out_features) * in_features >= kParallelPackElems, [&](int64_t g0, int64_t g1) {
+    const size_t group_elems = size_t(in_features) * kGroupCols;
+    std::memset(packed + size_t(g0) * group_elems, 0, size_t(g1 - g0) * group_elems * sizeof(float));
     for (int g = int(g0); g < int(g1); ++g) {
       float* dst_group = packed + size_t(g) * in_features * kGroupCols;  // [k][64 cols]
       for (int c = 0; c < kGroupCols; ++c) {

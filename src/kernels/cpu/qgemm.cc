@@ -18,12 +18,7 @@ namespace ts::kernels::cpu {
 
 namespace {
 
-// The signed weight value k (0..31) of a GGUF block.
-int block_weight(QuantType t, const uint8_t* block, int k) {
-  if (t == QuantType::Q8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[k];
-  const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(block);
-  return (k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4) - 8;
-}
+constexpr int64_t kParallelQPackValues = int64_t(1) << 22;  // as pack_bf16: a tiny model's load starts no worker
 
 uint16_t block_scale(const uint8_t* block) {
   uint16_t d;
@@ -40,37 +35,46 @@ void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_featur
   const int nb = in_features / kQBlock;
   const size_t bb = block_bytes(t), gb = qgemm_group_block_bytes(t);
   const uint8_t* src = static_cast<const uint8_t*>(blocks);  // [out][nb] blocks
-  std::memset(packed, 0, qgemm_packed_bytes(t, out_features, in_features));
-  for (int g = 0; g < qgemm_groups(out_features); ++g) {
-    for (int b = 0; b < nb; ++b) {
-      uint8_t* dst = packed + (size_t(g) * nb + b) * gb;
-      uint16_t* scales = reinterpret_cast<uint16_t*>(dst);  // [16]
-      uint8_t* quants = dst + 32;
-      for (int lane = 0; lane < kQGroup; ++lane) {
-        const int row = g * kQGroup + lane;
-        if (row >= out_features) {  // padding rows: scale 0; quants must still be the zero *value*
-          if (t == QuantType::Q8_0) {
-            for (int j = 0; j < 8; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 128, 4);
-          } else {
-            for (int j = 0; j < 4; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 0x88, 4);
+  // Groups are independent: packed on the kernels' threads for big layers (load time of a multi-GB file), each range
+  // zeroing its own bytes first.
+  parallel_ranges(qgemm_groups(out_features), int64_t(out_features) * in_features >= kParallelQPackValues,
+                  [&](int64_t g0, int64_t g1) {
+    std::memset(packed + size_t(g0) * nb * gb, 0, size_t(g1 - g0) * nb * gb);
+    for (int g = int(g0); g < int(g1); ++g) {
+      for (int b = 0; b < nb; ++b) {
+        uint8_t* dst = packed + (size_t(g) * nb + b) * gb;
+        uint16_t* scales = reinterpret_cast<uint16_t*>(dst);  // [16]
+        uint8_t* quants = dst + 32;
+        for (int lane = 0; lane < kQGroup; ++lane) {
+          const int row = g * kQGroup + lane;
+          if (row >= out_features) {  // padding rows: scale 0; quants must still be the zero *value*
+            if (t == QuantType::Q8_0) {
+              for (int j = 0; j < 8; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 128, 4);
+            } else {
+              for (int j = 0; j < 4; ++j) std::memset(quants + (j * kQGroup + lane) * 4, 0x88, 4);
+            }
+            continue;
           }
-          continue;
-        }
-        const uint8_t* block = src + (size_t(row) * nb + b) * bb;
-        scales[lane] = block_scale(block);
-        for (int k = 0; k < kQBlock; ++k) {
-          const int w = block_weight(t, block, k);
+          const uint8_t* block = src + (size_t(row) * nb + b) * bb;
+          scales[lane] = block_scale(block);
+          // Four values at a time (the layout's unit): Q8_0 stores w + 128, i.e. the int8 with its sign bit flipped;
+          // Q4_0's bytes (low nibble: value k, high: value k + 16, each w + 8) are the GGUF block's own bytes.
           if (t == QuantType::Q8_0) {
-            quants[((k / 4) * kQGroup + lane) * 4 + k % 4] = uint8_t(w + 128);
+            const int8_t* qs = reinterpret_cast<const BlockQ8_0*>(block)->qs;
+            for (int j = 0; j < 8; ++j) {
+              uint32_t four;
+              std::memcpy(&four, qs + 4 * j, 4);
+              four ^= 0x80808080u;
+              std::memcpy(quants + (j * kQGroup + lane) * 4, &four, 4);
+            }
           } else {
-            const int kk = k % 16;
-            uint8_t& byte = quants[((kk / 4) * kQGroup + lane) * 4 + kk % 4];
-            byte = uint8_t(byte | ((w + 8) << (k < 16 ? 0 : 4)));
+            const uint8_t* qs = reinterpret_cast<const BlockQ4_0*>(block)->qs;
+            for (int j = 0; j < 4; ++j) std::memcpy(quants + (j * kQGroup + lane) * 4, qs + 4 * j, 4);
           }
         }
       }
     }
-  }
+  });
 }
 
 void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts) {

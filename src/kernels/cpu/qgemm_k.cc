@@ -2,6 +2,7 @@
 // bit) and its split over threads (each variant's kernels: kernel_table.h). Layout and arithmetic: qgemm_k.h.
 #include "kernels/cpu/qgemm_k.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -165,18 +166,23 @@ void qgemm_k_pack(QuantType t, const void* blocks, int out_features, int in_feat
   TS_CHECK(in_features % kQSuper == 0, "qgemm_k_pack: in_features ", in_features, " is not a multiple of 256");
   const int ns = in_features / kQSuper;
   const size_t gsb = qgemm_k_group_super_bytes(t);
-  std::memset(packed, 0, qgemm_packed_bytes(t, out_features, in_features));  // padding rows stay all zero
-  for (int o = 0; o < out_features; ++o) {
-    const int g = o / kQGroup, lane = o % kQGroup;
-    for (int s = 0; s < ns; ++s) {
-      uint8_t* sb = packed + (size_t(g) * ns + s) * gsb;
-      if (t == QuantType::Q4_K) {
-        pack_q4k_lane(static_cast<const BlockQ4_K*>(blocks)[size_t(o) * ns + s], lane, sb);
-      } else {
-        pack_q6k_lane(static_cast<const BlockQ6_K*>(blocks)[size_t(o) * ns + s], lane, sb);
+  // Groups of kQGroup rows are independent: packed on the kernels' threads for big layers, each range zeroing its
+  // own bytes first (padding rows stay all zero).
+  const int groups = (out_features + kQGroup - 1) / kQGroup;
+  parallel_ranges(groups, int64_t(out_features) * in_features >= (int64_t(1) << 22), [&](int64_t g0, int64_t g1) {
+    std::memset(packed + size_t(g0) * ns * gsb, 0, size_t(g1 - g0) * ns * gsb);
+    for (int o = int(g0) * kQGroup; o < std::min(out_features, int(g1) * kQGroup); ++o) {
+      const int g = o / kQGroup, lane = o % kQGroup;
+      for (int s = 0; s < ns; ++s) {
+        uint8_t* sb = packed + (size_t(g) * ns + s) * gsb;
+        if (t == QuantType::Q4_K) {
+          pack_q4k_lane(static_cast<const BlockQ4_K*>(blocks)[size_t(o) * ns + s], lane, sb);
+        } else {
+          pack_q6k_lane(static_cast<const BlockQ6_K*>(blocks)[size_t(o) * ns + s], lane, sb);
+        }
       }
     }
-  }
+  });
 }
 
 void qgemm_groups_k_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
