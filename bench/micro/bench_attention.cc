@@ -2,7 +2,9 @@
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
 // machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
 // and as bf16 (row-major, and head-major as the target's bf16 KV cache holds them).
-//   bench_attention [threads] [cold]
+//   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q]]
+// (default shape 16/8/128 over prefixes 128..4096 and 1, 8, 32 query rows; e.g. the shipped target's last chat turn:
+// bench_attention 2 warm 8 4 64 900 96)
 // cold: 64 MiB are touched before every call, so the K/V come from DRAM as in a model forward (where the weights
 // stream through L3 between two layers' attention); without it the same K/V stay in L2/L3 from call to call.
 #include <algorithm>
@@ -35,13 +37,16 @@ int main(int argc, char** argv) {
   const bool cpu_clock = threads == 1;
   const bool cold = argc > 2 && std::string(argv[2]) == "cold";
   std::vector<char> flush(cold ? size_t(64) << 20 : 0, 1);  // touched before each call when cold
-  const int heads = 16, kv_heads = 8, hd = 128;
+  const int heads = argc > 5 ? std::atoi(argv[3]) : 16, kv_heads = argc > 5 ? std::atoi(argv[4]) : 8,
+            hd = argc > 5 ? std::atoi(argv[5]) : 128;
+  std::vector<int> prefixes = {128, 512, 1024, 4096}, query_rows = {1, 8, 32};
+  if (argc > 7) prefixes = {std::atoi(argv[6])}, query_rows = {std::atoi(argv[7])};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s, K/V %s\n", threads, cpu_clock ? "CPU" : "wall",
               heads, kv_heads, hd, kernels::ops_isa(), cold ? "cold (from DRAM)" : "warm (in cache)");
-  for (int prefix : {128, 512, 1024, 4096}) {
-    for (int n_q : {1, 8, 32}) {
+  for (int prefix : prefixes) {
+    for (int n_q : query_rows) {
       const int n_kv = prefix + n_q;
       std::vector<float> q(size_t(n_q) * heads * hd), k(size_t(n_kv) * kv_heads * hd), v(k.size()), out(q.size());
       for (auto* buf : {&q, &k, &v})

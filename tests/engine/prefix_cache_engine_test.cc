@@ -291,7 +291,9 @@ TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) 
     o.sampling.seed = 9000 + i;
     Output out = run(engine, prompt, o);
     ASSERT_EQ(out.ids.size(), 3u);
-    if (i > 0) ASSERT_EQ(out.stats.cached_prompt_tokens, 4);
+    if (i > 0) {
+      ASSERT_EQ(out.stats.cached_prompt_tokens, 4);
+    }
     count[out.ids] += 1.0 / N;
   }
   const auto [tv, bound] = testing::tv_and_bound(exact, count, N);
