@@ -8,7 +8,8 @@ int bench_tokenize(int argc, char** argv);  // bench/bench_tokenize.cc: encode t
 int bench_spec(int argc, char** argv);      // bench/bench_spec.cc: none / chain / trees / TreeSpark
 int bench_serve(int argc, char** argv);     // bench/bench_serve.cc: Poisson load on a live server (+ simulate)
 int bench_engine(int argc, char** argv);    // bench/bench_engine.cc: batched engine throughput by concurrency
-int bench_round(int argc, char** argv);
-int bench_prefix(int argc, char** argv);    // bench/bench_prefix.cc: the prefix cache on and off     // bench/bench_round.cc: one round's phases (draft, tree, target, walk)
+int bench_round(int argc, char** argv);     // bench/bench_round.cc: one round's phases (draft, tree, target, walk)
+int bench_prefix(int argc, char** argv);    // bench/bench_prefix.cc: the prefix cache on and off
+int bench_load(int argc, char** argv);      // bench/bench_load.cc: files to first token, models side by side
 
 }  // namespace ts::bench
