@@ -64,6 +64,16 @@ void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, cons
 void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
                               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
                               int n_heads, int n_kv_heads, int head_dim, float scale);
+// attention_strided*() over K/V held in pages of 2^page_shift token rows (a block table): key row j of KV head g starts
+// at pages[j >> page_shift] + k_offset + g * page_head_stride + (j & (2^page_shift - 1)) * head_dim elements, value
+// rows likewise from v_offset. Only the addresses differ: the same rows give the same bits as attention_strided*().
+//   pages: [ceil(n_kv / 2^page_shift)] page starts, f32 or bf16 bits
+void attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
@@ -126,6 +136,12 @@ void attention_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, cons
 void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_row_stride,
                               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
                               int n_heads, int n_kv_heads, int head_dim, float scale);
+void attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -212,6 +213,91 @@ TEST_P(Attention, StridedHeadMajorLayoutGivesSameBits) {
   ref::attention(p.q.data(), p.k.data(), p.v.data(), p.visible.data(), ref_plain.data(), p.n_q, p.n_kv, heads,
                  kv_heads, hd, p.scale());
   EXPECT_EQ(bit_differences(ref_strided.data(), ref_plain.data(), ref_plain.size()), 0u);
+}
+
+// K/V in pages (a block table): each page holds 2^shift rows of every layer in the prefix cache's block layout
+// [layers][keys, values][kv_heads][rows][head_dim]; pages sit in memory in shuffled order, NaN past the last row.
+// The same rows must give the same bits as the head-major strided call, on every variant and in the references,
+// for tree masks (dense tiles and the per-row path) and random masks, f32 and bf16, pages of 16 rows and of 1.
+template <typename KvT>
+void expect_paged_equals_strided(const Problem& p, int shift, std::mt19937& rng) {
+  auto to_kv = [](float x) {
+    if constexpr (std::is_same_v<KvT, float>) return x; else return f32_to_bf16(x);
+  };
+  const int kv_heads = p.n_kv_heads, hd = p.head_dim, page_rows = 1 << shift, layers = 2, layer = 1;
+  const int n_pages = (p.n_kv + page_rows - 1) / page_rows;
+  const size_t page_elems = size_t(layers) * 2 * kv_heads * page_rows * hd;
+  const int64_t head_stride = int64_t(page_rows) * hd;
+  const int64_t k_offset = int64_t(layer * 2 + 0) * kv_heads * head_stride;  // this layer's keys, then its values
+  const int64_t v_offset = k_offset + kv_heads * head_stride;
+  std::vector<int> order(n_pages);  // page i of the table lives at slot order[i] of the pool
+  for (int i = 0; i < n_pages; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  KvT nan_value = to_kv(NAN);
+  std::vector<KvT> pool(page_elems * n_pages, nan_value), k_hm(size_t(kv_heads) * p.n_kv * hd),
+      v_hm(k_hm.size());  // [kv_heads, n_kv, hd]
+  std::vector<const KvT*> pages(n_pages);
+  for (int i = 0; i < n_pages; ++i) pages[i] = pool.data() + page_elems * order[i];
+  for (int j = 0; j < p.n_kv; ++j)
+    for (int g = 0; g < kv_heads; ++g)
+      for (int d = 0; d < hd; ++d) {
+        const size_t from = (size_t(j) * kv_heads + g) * hd + d;
+        const KvT k = to_kv(p.k[from]), v = to_kv(p.v[from]);
+        k_hm[(size_t(g) * p.n_kv + j) * hd + d] = k, v_hm[(size_t(g) * p.n_kv + j) * hd + d] = v;
+        KvT* page = const_cast<KvT*>(pages[j >> shift]);
+        const size_t at = size_t(g) * head_stride + size_t(j & (page_rows - 1)) * hd + d;
+        page[k_offset + at] = k, page[v_offset + at] = v;
+      }
+  std::vector<float> strided(p.q.size()), paged(p.q.size(), -1.0f), ref_strided(p.q.size()), ref_paged(p.q.size());
+  auto strided_call = [&](auto fn, float* out) {
+    fn(p.q.data(), k_hm.data(), v_hm.data(), hd, int64_t(p.n_kv) * hd, p.visible.data(), out, p.n_q, p.n_kv,
+       p.n_heads, kv_heads, hd, p.scale());
+  };
+  if constexpr (std::is_same_v<KvT, float>) {
+    strided_call(attention_strided, strided.data());
+    strided_call(ref::attention_strided, ref_strided.data());
+  } else {
+    strided_call(attention_strided_bf16kv, strided.data());
+    strided_call(ref::attention_strided_bf16kv, ref_strided.data());
+  }
+  attention_paged(p.q.data(), pages.data(), shift, k_offset, v_offset, head_stride, p.visible.data(), paged.data(),
+                  p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
+  ref::attention_paged(p.q.data(), pages.data(), shift, k_offset, v_offset, head_stride, p.visible.data(),
+                       ref_paged.data(), p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
+  EXPECT_EQ(bit_differences(paged.data(), strided.data(), strided.size()), 0u);
+  EXPECT_EQ(bit_differences(ref_paged.data(), ref_strided.data(), strided.size()), 0u);
+}
+
+TEST_P(Attention, PagedLayoutGivesSameBitsAsStrided) {
+  std::mt19937 rng(23);
+  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
+  for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36}, Shape{16, 300, 16, 8, 128},
+                  Shape{1, 200, 8, 4, 64}, Shape{40, 131, 6, 2, 48}}) {
+    for (bool tree : {false, true}) {
+      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
+      if (tree) {
+        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
+      } else {
+        for (int i = 0; i < s.n_q; ++i) {
+          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
+          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
+        }
+      }
+      for (int shift : {4, 0}) {
+        SCOPED_TRACE(::testing::Message() << "n_q " << s.n_q << " n_kv " << s.n_kv << " tree " << tree << " shift "
+                                          << shift);
+        expect_paged_equals_strided<float>(p, shift, rng);
+        expect_paged_equals_strided<uint16_t>(p, shift, rng);
+      }
+    }
+  }
+  Problem bad = make_problem(1, 3, 2, 2, 32, 1);
+  bad.visible = {1, 1, 1};
+  std::vector<float> page(size_t(2) * 2 * 4 * 32), out(bad.q.size());
+  const float* pages[] = {page.data()};
+  EXPECT_THROW(attention_paged(bad.q.data(), pages, 31, 0, 0, 4 * 32, bad.visible.data(), out.data(), 1, 3, 2, 2, 32,
+                               0.1f),
+               Error);
 }
 
 // A bf16 KV cache: every element is widened exactly on load, so the result is attention() on the widened values,

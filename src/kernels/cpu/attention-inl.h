@@ -20,7 +20,9 @@
 // Which pairs share a task only changes the loop nesting, never a pair's arithmetic: a row of a tree batch equals
 // the same row computed alone, or with only its visible keys (tests/kernels/attention_test.cc checks the bits).
 // K/V rows are f32 or bf16 (KvT = float or uint16_t): bf16 elements are widened exactly to f32 on load, so the
-// arithmetic after the load is the same code in both.
+// arithmetic after the load is the same code in both. Rows are found through a row-address policy: one base and a
+// stride (a per-sequence cache, attention()) or a table of pages (attention_paged(): a block table whose pages can
+// be shared between sequences); the paths are the same code, so equal rows give equal bits either way.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -81,25 +83,53 @@ TS_SIMD inline V load_part(const T* p, int64_t n) {
   return load_kv(p, kFull ? kW : n);  // a constant kW folds load_kv's length test away
 }
 
+// Where key (or value) row j of the task's KV head starts. A per-sequence cache holds rows `stride` elements apart
+// from one base; a paged one (a block table) holds pages of 2^shift rows, row j at row j & mask of page j >> shift.
+// Only the addresses differ: every path below reads rows through these and computes the same bits either way.
+template <typename KvT>
+struct StridedRows {
+  using Elem = KvT;
+  const KvT* base;
+  size_t stride;  // elements between rows j and j + 1
+  const KvT* operator()(int j) const { return base + size_t(j) * stride; }
+  // Software prefetch only for strided rows (row-major: one head's rows kv_dim apart, a new page every few keys).
+  // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost
+  // (docs/results/optimization-notes.md, "Attention: software prefetch only for strided K/V rows").
+  bool prefetch(int head_dim) const { return stride != size_t(head_dim); }
+};
+template <typename KvT>
+struct PagedRows {
+  using Elem = KvT;
+  const KvT* const* pages;  // [n_kv >> shift (rounded up)] page starts
+  size_t offset;            // elements from a page's start to this head's row 0
+  int shift;                // log2(rows per page)
+  size_t stride;            // elements between rows j and j + 1 within a page
+  const KvT* operator()(int j) const {
+    return pages[j >> shift] + offset + size_t(j & ((1 << shift) - 1)) * stride;
+  }
+  bool prefetch(int) const { return false; }  // rows within a page are contiguous, as the head-major cache's
+};
+
 // Keys per block: the block's key (then value) rows of one head stay in L1/L2 while every (row, head) pair of
 // the task uses them, so a long context is streamed once per task, not once per pair.
 constexpr int kKeyBlock = 64;
 // Output vectors held in registers per head while the keys of a block stream past (AVX-512: 64 dims).
 constexpr int kAccVectors = 4;
 
-// Scores of one or two heads (kTwo: qb used) of one row against n keys (row indices into k_head): four keys at a
+// Scores of one or two heads (kTwo: qb used) of one row against n keys (row indices for k_rows): four keys at a
 // time, each dot one FMA chain of kW lanes over d followed by reduce_add4's fixed order. A key's score never
 // depends on which keys share its group of four (the tail repeats the last key and drops the copies).
-template <bool kTwo, bool kFull, typename KvT>
-TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const KvT* k_head,
-                        size_t kv_stride, int head_dim, float scale, float* sa, float* sb, bool prefetch_ahead) {
+template <bool kTwo, bool kFull, typename Rows>
+TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const Rows& k_rows, int head_dim,
+                        float scale, float* sa, float* sb, bool prefetch_ahead) {
+  using KvT = typename Rows::Elem;
   for (int t = 0; t < n; t += 4) {
     if (prefetch_ahead)
       for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + 4); ++u)
-        prefetch_row(k_head + size_t(keys[u]) * kv_stride, head_dim);
+        prefetch_row(k_rows(keys[u]), head_dim);
     const KvT* k[4];
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) k[u] = k_head + size_t(keys[std::min(t + u, n - 1)]) * kv_stride;
+    for (int u = 0; u < 4; ++u) k[u] = k_rows(keys[std::min(t + u, n - 1)]);
     V a0 = zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     for (int d = 0; d < head_dim; d += kW) {
       const int64_t left = head_dim - d;
@@ -125,9 +155,10 @@ TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n
 
 // acc_a[0, head_dim) += sum_t pa[t] v_{keys[t]} (and acc_b with pb when kTwo), one FMA per key in ascending t
 // for every element; up to kAccVectors vectors per head in registers per pass over the keys.
-template <bool kTwo, int kVectors, bool kFull, typename KvT>
-TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int n, const KvT* v_head,
-                         size_t kv_stride, int d0, int width, float* acc_a, float* acc_b, int prefetch_width) {
+template <bool kTwo, int kVectors, bool kFull, typename Rows>
+TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int n, const Rows& v_rows, int d0,
+                         int width, float* acc_a, float* acc_b, int prefetch_width) {
+  using KvT = typename Rows::Elem;
   V aa[kVectors], ab[kVectors];
 #pragma GCC unroll 4
   for (int a = 0; a < kVectors; ++a) {
@@ -135,9 +166,8 @@ TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int 
     if constexpr (kTwo) ab[a] = load_n(acc_b + d0 + a * kW, width - a * kW);
   }
   for (int t = 0; t < n; ++t) {
-    const KvT* vj = v_head + size_t(keys[t]) * kv_stride + d0;  // [width]
-    if (prefetch_width > 0 && t + kPrefetchKeys < n)
-      prefetch_row(v_head + size_t(keys[t + kPrefetchKeys]) * kv_stride, prefetch_width);
+    const KvT* vj = v_rows(keys[t]) + d0;  // [width]
+    if (prefetch_width > 0 && t + kPrefetchKeys < n) prefetch_row(v_rows(keys[t + kPrefetchKeys]), prefetch_width);
     const V wa = set1(pa[t]);
     V wb = wa;
     if constexpr (kTwo) wb = set1(pb[t]);
@@ -155,21 +185,22 @@ TS_SIMD void values_pass(const float* pa, const float* pb, const int* keys, int 
   }
 }
 
-template <bool kTwo, typename KvT>
-TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys, int n, const KvT* v_head,
-                               size_t kv_stride, int head_dim, float* acc_a, float* acc_b, bool prefetch_ahead) {
+template <bool kTwo, typename Rows>
+TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys, int n, const Rows& v_rows,
+                               int head_dim, float* acc_a, float* acc_b, bool prefetch_ahead) {
+  using KvT = typename Rows::Elem;
   for (int d0 = 0; d0 < head_dim; d0 += kAccVectors * kW) {
     const int width = std::min(head_dim - d0, kAccVectors * kW);
     const int pw = prefetch_ahead && d0 == 0 ? head_dim : 0;  // the first pass fetches whole rows
     if (kWholeVectorPaths<KvT> && width == kAccVectors * kW) {  // whole vectors: no length tests
-      values_pass<kTwo, kAccVectors, true>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw);
+      values_pass<kTwo, kAccVectors, true>(pa, pb, keys, n, v_rows, d0, width, acc_a, acc_b, pw);
       continue;
     }
     switch ((width + kW - 1) / kW) {
-      case 1: values_pass<kTwo, 1, false>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
-      case 2: values_pass<kTwo, 2, false>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
-      case 3: values_pass<kTwo, 3, false>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
-      default: values_pass<kTwo, 4, false>(pa, pb, keys, n, v_head, kv_stride, d0, width, acc_a, acc_b, pw); break;
+      case 1: values_pass<kTwo, 1, false>(pa, pb, keys, n, v_rows, d0, width, acc_a, acc_b, pw); break;
+      case 2: values_pass<kTwo, 2, false>(pa, pb, keys, n, v_rows, d0, width, acc_a, acc_b, pw); break;
+      case 3: values_pass<kTwo, 3, false>(pa, pb, keys, n, v_rows, d0, width, acc_a, acc_b, pw); break;
+      default: values_pass<kTwo, 4, false>(pa, pb, keys, n, v_rows, d0, width, acc_a, acc_b, pw); break;
     }
   }
 }
@@ -198,17 +229,18 @@ constexpr int value_vectors_per_pass(int q) { return q <= 2 ? 4 : 2; }
 #endif
 
 // Scores of queries q[0, kQ) against keys [j0, j0 + n) of the block: s[x][t] = scale * dot(q[x], k_{j0 + t}).
-template <int kQ, bool kFull, typename KvT>
-TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, const KvT* k_head, size_t kv_stride,
-                        int head_dim, float scale, bool prefetch_ahead) {
+template <int kQ, bool kFull, typename Rows>
+TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, const Rows& k_rows, int head_dim,
+                        float scale, bool prefetch_ahead) {
+  using KvT = typename Rows::Elem;
   constexpr int kK = score_keys_per_pass(kQ);
   for (int t = 0; t < n; t += kK) {
     if (prefetch_ahead)
       for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + kK); ++u)
-        prefetch_row(k_head + size_t(j0 + u) * kv_stride, head_dim);
+        prefetch_row(k_rows(j0 + u), head_dim);
     const KvT* k[kK];
 #pragma GCC unroll 4
-    for (int u = 0; u < kK; ++u) k[u] = k_head + size_t(j0 + std::min(t + u, n - 1)) * kv_stride;
+    for (int u = 0; u < kK; ++u) k[u] = k_rows(j0 + std::min(t + u, n - 1));
     V acc[kQ][4];
 #pragma GCC unroll 6
     for (int x = 0; x < kQ; ++x)
@@ -258,18 +290,18 @@ TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, c
 }
 
 // acc[x][d0, d0 + width) += sum_t p[x][t] v_{j0 + t}, one FMA per key in ascending t for every element.
-template <int kQ, int kVectors, bool kFull, typename KvT>
-TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n, const KvT* v_head, size_t kv_stride,
-                         int d0, int width, int prefetch_width) {
+template <int kQ, int kVectors, bool kFull, typename Rows>
+TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n, const Rows& v_rows, int d0, int width,
+                         int prefetch_width) {
+  using KvT = typename Rows::Elem;
   V a[kQ][kVectors];
 #pragma GCC unroll 6
   for (int x = 0; x < kQ; ++x)
 #pragma GCC unroll 4
     for (int y = 0; y < kVectors; ++y) a[x][y] = load_n(acc[x] + d0 + y * kW, width - y * kW);
   for (int t = 0; t < n; ++t) {
-    const KvT* vj = v_head + size_t(j0 + t) * kv_stride + d0;  // [width]
-    if (prefetch_width > 0 && t + kPrefetchKeys < n)
-      prefetch_row(v_head + size_t(j0 + t + kPrefetchKeys) * kv_stride, prefetch_width);
+    const KvT* vj = v_rows(j0 + t) + d0;  // [width]
+    if (prefetch_width > 0 && t + kPrefetchKeys < n) prefetch_row(v_rows(j0 + t + kPrefetchKeys), prefetch_width);
     V v[kVectors];
 #pragma GCC unroll 4
     for (int y = 0; y < kVectors; ++y) v[y] = load_part<kFull>(vj + y * kW, width - y * kW);
@@ -295,20 +327,19 @@ inline void with_count(int m, F&& f) {
 }
 
 // The dense pairs of one key block, kScoreQueries at a time (the last group smaller).
-template <bool kFull, typename KvT>
-TS_SIMD void score_dense(const float* const* q, float* const* s, int pairs, int j0, int n, const KvT* k_head,
-                         size_t kv_stride, int head_dim, float scale, bool prefetch) {
+template <bool kFull, typename Rows>
+TS_SIMD void score_dense(const float* const* q, float* const* s, int pairs, int j0, int n, const Rows& k_rows,
+                         int head_dim, float scale, bool prefetch) {
   for (int x = 0; x < pairs; x += kScoreQueries) {
     with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
-      score_tile<decltype(m)::value, kFull>(q + x, s + x, j0, n, k_head, kv_stride, head_dim, scale,
-                                            prefetch && x == 0);
+      score_tile<decltype(m)::value, kFull>(q + x, s + x, j0, n, k_rows, head_dim, scale, prefetch && x == 0);
     });
   }
 }
 
-template <bool kFull, typename KvT>
-TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, int j0, int n, const KvT* v_head,
-                          size_t kv_stride, int head_dim, bool prefetch) {
+template <bool kFull, typename Rows>
+TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, int j0, int n, const Rows& v_rows,
+                          int head_dim, bool prefetch) {
   for (int x = 0; x < pairs; x += kValueQueries) {
     with_count<kValueQueries>(std::min(kValueQueries, pairs - x), [&](auto m) {
       constexpr int kQ = decltype(m)::value, kVectors = value_vectors_per_pass(kQ), kSpan = kVectors * kW;
@@ -316,9 +347,9 @@ TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, i
         const int width = std::min(head_dim - d0, kSpan);
         const int pw = prefetch && x == 0 && d0 == 0 ? head_dim : 0;  // the first pass fetches whole rows ahead
         if (kFull && width == kSpan)  // whole vectors: no length tests
-          values_tile<kQ, kVectors, true>(p + x, acc + x, j0, n, v_head, kv_stride, d0, width, pw);
+          values_tile<kQ, kVectors, true>(p + x, acc + x, j0, n, v_rows, d0, width, pw);
         else  // a ragged last span: vectors past width load zeros and store nothing
-          values_tile<kQ, kVectors, false>(p + x, acc + x, j0, n, v_head, kv_stride, d0, width, pw);
+          values_tile<kQ, kVectors, false>(p + x, acc + x, j0, n, v_rows, d0, width, pw);
       }
     });
   }
@@ -355,12 +386,13 @@ inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::ve
   return true;
 }
 
-// One task: KV head kvh, query rows [row0, row0 + rows). k_head/v_head: key/value row 0 of head kvh, rows
-// kv_stride elements apart; all_keys / all_n_vis: list_visible_keys' lists of every row of the call.
-template <typename KvT>
-TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, size_t kv_stride,
-                          const int* all_keys, const int* all_n_vis, float* out, int row0, int rows, int kvh, int n_kv,
-                          int n_heads, int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
+// One task: KV head kvh, query rows [row0, row0 + rows). k_rows/v_rows: where head kvh's key/value rows start;
+// all_keys / all_n_vis: list_visible_keys' lists of every row of the call.
+template <typename Rows>
+TS_SIMD void attend_block(const float* q, const Rows& k_rows, const Rows& v_rows, const int* all_keys,
+                          const int* all_n_vis, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
+                          int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
+  using KvT = typename Rows::Elem;
   const int group = n_heads / n_kv_heads;
   const int* n_vis = all_n_vis + row0;  // [rows]
   s.scores.resize(size_t(rows) * group * n_kv);
@@ -379,10 +411,7 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
     s.cursor[i] = t1;
   };
-  // Software prefetch only for strided rows (row-major: one head's rows kv_dim apart, a new page every few keys).
-  // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost
-  // (docs/results/optimization-notes.md, "Attention: software prefetch only for strided K/V rows").
-  const bool prefetch = kv_stride != size_t(head_dim);
+  const bool prefetch = k_rows.prefetch(head_dim);
   const bool whole_vectors = kWholeVectorPaths<KvT> && head_dim % kW == 0;  // the per-row path
   const bool dense_whole = head_dim % kW == 0;                               // the dense tiles
   // Per key block: the rows that see all of it go to the dense tiles (their pairs listed in dense_q / dense_s /
@@ -432,11 +461,9 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     const int pairs = split_block(j0, j1, true);
     if (pairs > 0) {
       if (dense_whole)
-        score_dense<true>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_head, kv_stride, head_dim, scale,
-                          prefetch);
+        score_dense<true>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_rows, head_dim, scale, prefetch);
       else
-        score_dense<false>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_head, kv_stride, head_dim, scale,
-                           prefetch);
+        score_dense<false>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_rows, head_dim, scale, prefetch);
     }
     for (int i = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
@@ -447,20 +474,20 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
         float* sa = scores_of(i, g) + t0;
         float* sb = scores_of(i, g + 1) + t0;
         if (whole_vectors)
-          score_keys<true, true>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa, sb,
+          score_keys<true, true>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_rows, head_dim, scale, sa, sb,
                                  prefetch && pairs == 0 && i == 0 && g == 0);
         else
-          score_keys<true, false>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                  sb, prefetch && pairs == 0 && i == 0 && g == 0);
+          score_keys<true, false>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_rows, head_dim, scale, sa, sb,
+                                  prefetch && pairs == 0 && i == 0 && g == 0);
       }
       if (g < group) {
         float* sa = scores_of(i, g) + t0;
         if (whole_vectors)
-          score_keys<false, true>(q_of(i, g), nullptr, keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                  nullptr, prefetch && pairs == 0 && i == 0 && g == 0);
+          score_keys<false, true>(q_of(i, g), nullptr, keys, t1 - t0, k_rows, head_dim, scale, sa, nullptr,
+                                  prefetch && pairs == 0 && i == 0 && g == 0);
         else
-          score_keys<false, false>(q_of(i, g), nullptr, keys, t1 - t0, k_head, kv_stride, head_dim, scale, sa,
-                                   nullptr, prefetch && pairs == 0 && i == 0 && g == 0);
+          score_keys<false, false>(q_of(i, g), nullptr, keys, t1 - t0, k_rows, head_dim, scale, sa, nullptr,
+                                   prefetch && pairs == 0 && i == 0 && g == 0);
       }
     }
   }
@@ -476,11 +503,9 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     const int pairs = split_block(j0, j1, false);
     if (pairs > 0) {
       if (dense_whole)
-        values_dense<true>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_head, kv_stride, head_dim,
-                           prefetch);
+        values_dense<true>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim, prefetch);
       else
-        values_dense<false>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_head, kv_stride, head_dim,
-                            prefetch);
+        values_dense<false>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim, prefetch);
     }
     for (int i = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
@@ -488,12 +513,11 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
       const int* keys = keys_of(i) + t0;
       int g = 0;
       for (; g + 2 <= group; g += 2)
-        accumulate_values<true>(scores_of(i, g) + t0, scores_of(i, g + 1) + t0, keys, t1 - t0, v_head, kv_stride,
-                                head_dim, acc_of(i, g), acc_of(i, g + 1),
-                                prefetch && pairs == 0 && i == 0 && g == 0);
+        accumulate_values<true>(scores_of(i, g) + t0, scores_of(i, g + 1) + t0, keys, t1 - t0, v_rows, head_dim,
+                                acc_of(i, g), acc_of(i, g + 1), prefetch && pairs == 0 && i == 0 && g == 0);
       if (g < group)
-        accumulate_values<false>(scores_of(i, g) + t0, nullptr, keys, t1 - t0, v_head, kv_stride, head_dim,
-                                 acc_of(i, g), nullptr, prefetch && pairs == 0 && i == 0 && g == 0);
+        accumulate_values<false>(scores_of(i, g) + t0, nullptr, keys, t1 - t0, v_rows, head_dim, acc_of(i, g),
+                                 nullptr, prefetch && pairs == 0 && i == 0 && g == 0);
     }
   }
   for (int i = 0; i < rows; ++i)
@@ -505,10 +529,10 @@ TS_SIMD void attend_block(const float* q, const KvT* k_head, const KvT* v_head, 
     }
 }
 
-template <typename KvT>
-bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
-                  const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                  float scale) {
+// Splits the call into tasks (KV head, block of query rows); rows_of(kvh) gives head kvh's key and value rows.
+template <typename RowsOf>
+bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visible, float* out, int n_q, int n_kv,
+                     int n_heads, int n_kv_heads, int head_dim, float scale) {
   const int rows_per = rows_per_task(n_q, n_kv_heads);
   const int blocks = (n_q + rows_per - 1) / rows_per;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
@@ -523,11 +547,35 @@ bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
     thread_local TaskScratch scratch;
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
-    const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
-    attend_block(q, k + head_offset, v + head_offset, size_t(kv_row_stride), keys, n_vis, out, row0,
-                 rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale, scratch);
+    const auto [k_rows, v_rows] = rows_of(kvh);
+    attend_block(q, k_rows, v_rows, keys, n_vis, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
+                 scratch);
   });
   return true;
+}
+
+template <typename KvT>
+bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_stride, int64_t kv_head_stride,
+                  const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                  float scale) {
+  auto rows_of = [&](int kvh) {
+    const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
+    return std::pair{StridedRows<KvT>{k + head_offset, size_t(kv_row_stride)},
+                     StridedRows<KvT>{v + head_offset, size_t(kv_row_stride)}};
+  };
+  return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
+template <typename KvT>
+bool attention_paged_kv(const float* q, const KvT* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                        int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                        int n_kv_heads, int head_dim, float scale) {
+  auto rows_of = [&](int kvh) {
+    const size_t head_offset = size_t(kvh) * size_t(page_head_stride);
+    return std::pair{PagedRows<KvT>{pages, size_t(k_offset) + head_offset, page_shift, size_t(head_dim)},
+                     PagedRows<KvT>{pages, size_t(v_offset) + head_offset, page_shift, size_t(head_dim)}};
+  };
+  return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
 }  // namespace
@@ -544,6 +592,20 @@ bool attention(const float* q, const uint16_t* k_bf16, const uint16_t* v_bf16, i
                int n_kv_heads, int head_dim, float scale) {
   return attention_kv(q, k_bf16, v_bf16, kv_row_stride, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads,
                       head_dim, scale);
+}
+
+// K/V in pages of 2^page_shift rows (see ops.h, attention_paged): f32, or bf16 bits.
+bool attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  return attention_paged_kv(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv,
+                            n_heads, n_kv_heads, head_dim, scale);
+}
+bool attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  return attention_paged_kv(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv,
+                            n_heads, n_kv_heads, head_dim, scale);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

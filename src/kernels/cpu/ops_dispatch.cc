@@ -112,6 +112,35 @@ void attention_strided_bf16kv(const float* q, const uint16_t* k, const uint16_t*
   });
 }
 
+namespace {
+template <typename KvT, typename Kernel>
+void checked_paged(Kernel kernel, const float* q, const KvT* const* pages, int page_shift, int64_t k_offset,
+                   int64_t v_offset, int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv,
+                   int n_heads, int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(page_shift >= 0 && page_shift < 31, "attention_paged: page_shift ", page_shift, " outside [0, 31)");
+  TS_CHECK(pages != nullptr && k_offset >= 0 && v_offset >= 0 && page_head_stride >= 0,
+           "attention_paged: expected pages and offsets >= 0");
+  checked_attention(head_dim, page_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
+    return kernel(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv, n_heads,
+                  n_kv_heads, head_dim, scale);
+  });
+}
+}  // namespace
+
+void attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  checked_paged(active_kernels().attention_paged, q, pages, page_shift, k_offset, v_offset, page_head_stride, visible,
+                out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
+void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  checked_paged(active_kernels().attention_paged_bf16kv, q, pages, page_shift, k_offset, v_offset, page_head_stride,
+                visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out) {
   TS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
            "embed_rows: table dtype must be F32, F16 or BF16, got ", dtype_name(dtype));

@@ -54,4 +54,20 @@ bool attention(const float* q, const uint16_t* k_bf16, const uint16_t* v_bf16, i
   return true;
 }
 
+bool attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  ref::attention_paged(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv, n_heads,
+                       n_kv_heads, head_dim, scale);
+  return true;
+}
+
+bool attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  ref::attention_paged(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv, n_heads,
+                       n_kv_heads, head_dim, scale);
+  return true;
+}
+
 }  // namespace ts::kernels::cpu::scalar

@@ -124,6 +124,41 @@ void attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
 }
 }  // namespace
 
+namespace {
+// The paged rows gathered into one head-major buffer pair, then the strided reference.
+template <typename KvT>
+void attention_paged_kv(const float* q, const KvT* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                        int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                        int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(page_shift >= 0 && page_shift < 31 && n_kv > 0 && n_kv_heads > 0 && head_dim > 0,
+           "attention_paged: bad shape");
+  std::vector<KvT> k(size_t(n_kv_heads) * n_kv * head_dim), v(k.size());  // [kv_heads, n_kv, head_dim]
+  const int64_t mask = (int64_t(1) << page_shift) - 1;
+  for (int g = 0; g < n_kv_heads; ++g)
+    for (int j = 0; j < n_kv; ++j) {
+      const int64_t at = g * page_head_stride + (j & mask) * head_dim;
+      const size_t to = (size_t(g) * n_kv + j) * head_dim;
+      std::copy_n(pages[j >> page_shift] + k_offset + at, head_dim, k.begin() + to);
+      std::copy_n(pages[j >> page_shift] + v_offset + at, head_dim, v.begin() + to);
+    }
+  attention_kv(q, k.data(), v.data(), int64_t(head_dim), int64_t(n_kv) * head_dim, visible, out, n_q, n_kv, n_heads,
+               n_kv_heads, head_dim, scale);
+}
+}  // namespace
+
+void attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  attention_paged_kv(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv, n_heads,
+                     n_kv_heads, head_dim, scale);
+}
+void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale) {
+  attention_paged_kv(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv, n_heads,
+                     n_kv_heads, head_dim, scale);
+}
+
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
                        int head_dim, float scale) {
