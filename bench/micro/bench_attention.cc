@@ -1,7 +1,7 @@
 // Micro benchmark of the masked attention kernel: one layer of a Qwen3-0.6B-shaped model (16 query heads, 8 KV
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
 // machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
-// and as bf16 (row-major, and head-major as the target's bf16 KV cache holds them).
+// and as bf16 (row-major, head-major as the target's bf16 KV cache holds them, and in scattered pages of 16 rows).
 //   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q]]
 // (default shape 16/8/128 over prefixes 128..4096 and 1, 8, 32 query rows; e.g. the shipped target's last chat turn:
 // bench_attention 2 warm 8 4 64 900 96)
@@ -68,7 +68,25 @@ int main(int argc, char** argv) {
       std::vector<uint16_t> k16(k.size()), v16(v.size()), k16_hm(k.size()), v16_hm(v.size());
       for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
       for (size_t i = 0; i < k.size(); ++i) k16_hm[i] = f32_to_bf16(k_hm[i]), v16_hm[i] = f32_to_bf16(v_hm[i]);
-      std::vector<double> times, times_hm, times_bf16, times_bf16_hm;
+      // The same bf16 K/V in pages of 16 rows in the prefix cache's block layout ([2 layers][K, V][kv_heads][16][hd],
+      // layer 1 read), pages scattered in a pool of twice as many (attention_paged).
+      constexpr int kShift = 4, kPageRows = 1 << kShift, kLayers = 2;
+      const int n_pages = (n_kv + kPageRows - 1) / kPageRows;
+      const size_t page_elems = size_t(kLayers) * 2 * kv_heads * kPageRows * hd;
+      const int64_t page_head_stride = int64_t(kPageRows) * hd, k_off = 2 * kv_heads * page_head_stride,
+                    v_off = k_off + kv_heads * page_head_stride;
+      std::vector<uint16_t> pool(page_elems * 2 * n_pages);
+      std::vector<const uint16_t*> pages(n_pages);
+      for (int i = 0; i < n_pages; ++i) pages[i] = pool.data() + page_elems * ((i * 7919) % (2 * n_pages));
+      for (int j = 0; j < n_kv; ++j)
+        for (int g = 0; g < kv_heads; ++g)
+          for (int d = 0; d < hd; ++d) {
+            uint16_t* page = const_cast<uint16_t*>(pages[j >> kShift]);
+            const size_t at = size_t(g) * page_head_stride + size_t(j & (kPageRows - 1)) * hd + d;
+            page[k_off + at] = k16_hm[(size_t(g) * n_kv + j) * hd + d];
+            page[v_off + at] = v16_hm[(size_t(g) * n_kv + j) * hd + d];
+          }
+      std::vector<double> times, times_hm, times_bf16, times_bf16_hm, times_paged;
       auto timed = [&](std::vector<double>& into, auto&& call) {
         if (cold)
           for (size_t i = 0; i < flush.size(); i += 64) flush[i] = char(flush[i] + 1);
@@ -89,6 +107,10 @@ int main(int argc, char** argv) {
           kernels::attention_bf16kv(q.data(), k16.data(), v16.data(), visible.data(), out.data(), n_q, n_kv, heads,
                                     kv_heads, hd, 0.088f);
         });
+        timed(times_paged, [&] {
+          kernels::attention_paged(q.data(), pages.data(), kShift, k_off, v_off, page_head_stride, visible.data(),
+                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
         timed(times_bf16_hm, [&] {
           kernels::attention_strided_bf16kv(q.data(), k16_hm.data(), v16_hm.data(), hd, int64_t(n_kv) * hd,
                                             visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
@@ -96,8 +118,8 @@ int main(int argc, char** argv) {
       }
       auto best = [](const std::vector<double>& t) { return *std::min_element(t.begin(), t.end()) * 1e3; };
       std::printf("prefix %5d  n_q %3d : f32 row-major %8.1f us, head-major %8.1f us; bf16 row-major %8.1f us, "
-                  "head-major %8.1f us\n",
-                  prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm));
+                  "head-major %8.1f us, pages of 16 %8.1f us\n",
+                  prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm), best(times_paged));
     }
   }
 }
