@@ -92,6 +92,7 @@ struct StridedRows {
   const KvT* base;
   size_t stride;  // elements between rows j and j + 1
   const KvT* operator()(int j) const { return base + size_t(j) * stride; }
+  int run(int) const { return 1 << 30; }  // rows from j on that sit `stride` apart: all of them
   // Software prefetch only for strided rows (row-major: one head's rows kv_dim apart, a new page every few keys).
   // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost
   // (docs/results/optimization-notes.md, "Attention: software prefetch only for strided K/V rows").
@@ -107,6 +108,7 @@ struct PagedRows {
   const KvT* operator()(int j) const {
     return pages[j >> shift] + offset + size_t(j & ((1 << shift) - 1)) * stride;
   }
+  int run(int j) const { return (1 << shift) - (j & ((1 << shift) - 1)); }  // rows left in j's page
   bool prefetch(int) const { return false; }  // rows within a page are contiguous, as the head-major cache's
 };
 
@@ -239,8 +241,14 @@ TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, c
       for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + kK); ++u)
         prefetch_row(k_rows(j0 + u), head_dim);
     const KvT* k[kK];
+    if (t + kK <= n && k_rows.run(j0 + t) >= kK) {  // one look-up for keys in one run (page) of rows
+      const KvT* first = k_rows(j0 + t);
 #pragma GCC unroll 4
-    for (int u = 0; u < kK; ++u) k[u] = k_rows(j0 + std::min(t + u, n - 1));
+      for (int u = 0; u < kK; ++u) k[u] = first + size_t(u) * k_rows.stride;
+    } else {
+#pragma GCC unroll 4
+      for (int u = 0; u < kK; ++u) k[u] = k_rows(j0 + std::min(t + u, n - 1));
+    }
     V acc[kQ][4];
 #pragma GCC unroll 6
     for (int x = 0; x < kQ; ++x)
@@ -299,8 +307,15 @@ TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n
   for (int x = 0; x < kQ; ++x)
 #pragma GCC unroll 4
     for (int y = 0; y < kVectors; ++y) a[x][y] = load_n(acc[x] + d0 + y * kW, width - y * kW);
-  for (int t = 0; t < n; ++t) {
-    const KvT* vj = v_rows(j0 + t) + d0;  // [width]
+  const KvT* row = nullptr;  // value row j0 + t, looked up once per run (page) of rows
+  for (int t = 0, left = 0; t < n; ++t, --left) {
+    if (left == 0) {
+      row = v_rows(j0 + t);
+      left = v_rows.run(j0 + t);
+    } else {
+      row += v_rows.stride;
+    }
+    const KvT* vj = row + d0;  // [width]
     if (prefetch_width > 0 && t + kPrefetchKeys < n) prefetch_row(v_rows(j0 + t + kPrefetchKeys), prefetch_width);
     V v[kVectors];
 #pragma GCC unroll 4
