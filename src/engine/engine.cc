@@ -254,11 +254,8 @@ void Engine::refresh_cached_prefixes() {
 
 void Engine::import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
   const int b = prefix_cache_->block_tokens();
-  const int rows = live.cache.length() + int(blocks.size()) * b;
   const double t0 = now_ms();
-  live.cache.reserve(rows);
-  if (live.speculative) live.drafter_state.context.reserve(rows);
-  for (const PrefixCache::Block* block : blocks) {
+  for (const PrefixCache::Block* block : blocks) {  // admit() made room for the whole prompt
     live.cache.import_rows(b, block->target_rows.data());
     if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
   }

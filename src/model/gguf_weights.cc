@@ -2,8 +2,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <vector>
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -99,6 +99,18 @@ void GgufWeights::rows_as_f32(const io::GgufTensor& t, float* out) const {
   }
 }
 
+const uint8_t* GgufWeights::stacked_rows(const std::vector<const io::GgufTensor*>& parts) const {
+  size_t bytes = 0;
+  for (const io::GgufTensor* t : parts) bytes += t->nbytes;
+  if (stacked_.size() < bytes) stacked_.resize(bytes);
+  size_t at = 0;
+  for (const io::GgufTensor* t : parts) {
+    rows_in_hf_order(*t, stacked_.data() + at);
+    at += t->nbytes;
+  }
+  return stacked_.data();
+}
+
 std::vector<float> GgufWeights::rows_as_f32(const io::GgufTensor& t) const {
   std::vector<float> out(size_t(t.numel()));
   rows_as_f32(t, out.data());
@@ -133,16 +145,7 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
     }
   }
   if (any_quant && all_same_quant && kernels::cpu::qgemm_supports(first) && in % kernels::block_values(first) == 0) {
-    size_t bytes = 0;
-    for (const io::GgufTensor* t : parts) bytes += t->nbytes;
-    if (stacked_.size() < bytes) stacked_.resize(bytes);
-    uint8_t* blocks = stacked_.data();  // [total_rows][row bytes], Hugging Face row order
-    size_t at = 0;
-    for (const io::GgufTensor* t : parts) {
-      rows_in_hf_order(*t, blocks + at);
-      at += t->nbytes;
-    }
-    return kernels::Linear::from_blocks(blocks, first, int(total_rows), int(in));
+    return kernels::Linear::from_blocks(stacked_rows(parts), first, int(total_rows), int(in));
   }
   // Float parts of one type keep it: one tensor in Hugging Face row order is packed straight from the mapping (GGUF
   // aligns tensor data to at least 32 bytes), several are stacked as raw rows into one uninitialised buffer; Linear
@@ -155,29 +158,22 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
     same_float = same_float && float_type(t->ggml_type, &d) && d == only;
   }
   const void* values = nullptr;  // [total_rows, in] of `only`
-  std::unique_ptr<uint8_t[]> stacked;
+  std::unique_ptr<float[]> widened;
   const auto mapping = gguf_tensor_to_hf(parts[0]->name, arch_);
   if (same_float && parts.size() == 1 && !(mapping && mapping->rows == GgufRowOrder::LlamaRopeQK) &&
       reinterpret_cast<uintptr_t>(parts[0]->data) % dtype_size(only) == 0) {
     values = parts[0]->data;
   } else if (same_float) {
-    const size_t bytes = size_t(total_rows) * size_t(in) * dtype_size(only);
-    if (stacked_.size() < bytes) stacked_.resize(bytes);
-    size_t at = 0;
-    for (const io::GgufTensor* t : parts) {
-      rows_in_hf_order(*t, stacked_.data() + at);
-      at += t->nbytes;
-    }
-    values = stacked_.data();
+    values = stacked_rows(parts);
   } else {
     only = DType::F32;
-    stacked.reset(new uint8_t[size_t(total_rows) * size_t(in) * sizeof(float)]);
+    widened.reset(new float[size_t(total_rows) * size_t(in)]);
     size_t at = 0;
     for (const io::GgufTensor* t : parts) {
-      rows_as_f32(*t, reinterpret_cast<float*>(stacked.get()) + at);
+      rows_as_f32(*t, widened.get() + at);
       at += size_t(t->numel());
     }
-    values = stacked.get();
+    values = widened.get();
   }
   if (any_quant) {
     requantized_.push_back(hf_names[0]);

@@ -39,6 +39,9 @@ class GgufWeights {
   // The tensor's bytes in Hugging Face row order, written to out: [t.nbytes]. Straight from the mapping (one copy)
   // unless the rows must be un-permuted.
   void rows_in_hf_order(const io::GgufTensor& t, uint8_t* out) const;
+  // The parts' bytes one after another, each in Hugging Face row order, in stacked_ (valid until the next call):
+  // [sum of the parts' rows][row bytes].
+  const uint8_t* stacked_rows(const std::vector<const io::GgufTensor*>& parts) const;
   // Its values as f32 in Hugging Face row order, written to out: [rows, cols].
   void rows_as_f32(const io::GgufTensor& t, float* out) const;
   std::vector<float> rows_as_f32(const io::GgufTensor& t) const;  // [rows, cols]
