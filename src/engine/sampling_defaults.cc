@@ -1,5 +1,7 @@
 #include "engine/sampling_defaults.h"
 
+#include "core/error.h"
+
 namespace ts {
 
 namespace {
@@ -34,7 +36,10 @@ SamplingChoice choose_sampling(const SamplingOverrides& overrides, const Generat
   pick(overrides.top_p, g.top_p, &p.top_p, &c.top_p_source);
   pick(overrides.top_k, g.top_k, &p.top_k, &c.top_k_source);
   pick(overrides.min_p, g.min_p, &p.min_p, &c.min_p_source);
+  pick(overrides.repetition_penalty, g.repetition_penalty, &c.repetition_penalty, &c.repetition_penalty_source);
   validate_sampling_params(p);
+  TS_CHECK(c.repetition_penalty > 0 && c.repetition_penalty <= 10, "repetition_penalty must be in (0, 10], got ",
+           c.repetition_penalty);
   return c;
 }
 

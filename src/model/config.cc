@@ -366,6 +366,12 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   g.temperature = number("temperature", 0.0, 1e30, false);
   g.top_p = number("top_p", 0.0, 1.0, true);
   g.min_p = number("min_p", 0.0, 1.0, false);
+  g.repetition_penalty = number("repetition_penalty", 0.0, 10.0, true);
+  if (auto m = j.find("max_new_tokens"); m != j.end() && !m->is_null()) {
+    TS_CHECK(m->is_number_integer() && m->get<int64_t>() >= 1 && m->get<int64_t>() < (int64_t(1) << 31), source,
+             ": 'max_new_tokens' must be a positive integer, got ", m->dump());
+    g.max_new_tokens = m->get<int>();
+  }
   auto k = j.find("top_k");
   if (k != j.end() && !k->is_null()) {
     TS_CHECK(k->is_number_integer() && k->get<int64_t>() >= 0 && k->get<int64_t>() < (int64_t(1) << 31), source,
@@ -380,7 +386,7 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   g.eos_token_ids = parse_token_ids(j, "eos_token_id", source);
   // Each key with the value at which it does nothing.
   const std::pair<const char*, double> unsupported[] = {
-      {"repetition_penalty", 1.0}, {"presence_penalty", 0.0}, {"frequency_penalty", 0.0}, {"typical_p", 1.0},
+      {"presence_penalty", 0.0}, {"frequency_penalty", 0.0}, {"typical_p", 1.0},
       {"epsilon_cutoff", 0.0},     {"eta_cutoff", 0.0},       {"no_repeat_ngram_size", 0.0}};
   for (const auto& [key, neutral] : unsupported) {
     auto it = j.find(key);

@@ -98,9 +98,11 @@ struct GenerationConfig {
   std::optional<float> top_p;        // (0, 1]
   std::optional<int> top_k;          // >= 0 (0 = off)
   std::optional<float> min_p;        // [0, 1]
+  std::optional<float> repetition_penalty;  // (0, 10] (vLLM / HF: > 1 discourages repeats; 1 = off)
+  std::optional<int> max_new_tokens;        // >= 1: the default length of a completion (vLLM's max_tokens default)
   std::vector<int32_t> eos_token_ids;  // "eos_token_id": an int or a list; empty when absent
-  // Sampling keys the file sets to a non-neutral value that treespark does not implement (repetition_penalty,
-  // typical_p, ...): not applied, listed so the caller can say so.
+  // Sampling keys the file sets to a non-neutral value that treespark does not implement (typical_p,
+  // no_repeat_ngram_size, ...): not applied, listed so the caller can say so.
   std::vector<std::string> unsupported;
 };
 

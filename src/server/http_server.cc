@@ -165,7 +165,7 @@ void HttpServer::handle_completion(const HttpRequest& req, ResponseWriter& out, 
     if (state == State::Loading) return void(out.send(error(503, "the model is loading", "unavailable_error", "loading")));
     if (state == State::Draining)
       return void(out.send(error(503, "the server is shutting down", "unavailable_error", "draining")));
-    CompletionRequest request = parse_completion_request(req.body, chat, model_.request_defaults);
+    CompletionRequest request = parse_completion_request(req.body, chat, model_.request_defaults, model_.sampling);
     // Without a seed every request samples afresh, as OpenAI's and vLLM's do (a fixed default made every unseeded
     // T > 0 request return the same text: regenerate, best-of-n and pass@k broke). The seed used is returned.
     if (!request.seed_given) request.options.sampling.seed = fresh_seed();

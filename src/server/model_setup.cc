@@ -20,6 +20,18 @@ ServedModel describe_model(const ModelBundle& bundle, const std::string& name, i
   return m;
 }
 
+SamplingDefaults sampling_defaults(const GenerationConfig& g) {
+  SamplingDefaults d;
+  if (g.temperature) d.temperature = *g.temperature;
+  if (g.do_sample == false) d.temperature = 0;  // as Hugging Face: greedy whatever the temperature says
+  if (g.top_p) d.top_p = *g.top_p;
+  if (g.top_k) d.top_k = *g.top_k;
+  if (g.min_p) d.min_p = *g.min_p;
+  if (g.repetition_penalty) d.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) d.max_tokens = *g.max_new_tokens;
+  return d;
+}
+
 double warm_up(ModelBundle& bundle) {
   const double t0 = now_ms();
   const int vocab = bundle.target->config().vocab_size;

@@ -11,8 +11,14 @@
 
 namespace ts::server {
 
-// The HTTP layer's view of a loaded bundle. Throws ts::Error when the target folder has no tokenizer.json.
+// The HTTP layer's view of a loaded bundle, with OpenAI's sampling defaults (set `sampling` from
+// sampling_defaults() to serve the checkpoint's). Throws ts::Error when the target folder has no tokenizer.json.
 ServedModel describe_model(const ModelBundle& bundle, const std::string& name, int max_context);
+
+// The sampling defaults generation_config.json gives, as vLLM applies the file (its --generation-config auto):
+// temperature (0 with do_sample false), top_p, top_k, min_p and repetition_penalty for fields a request leaves out,
+// max_new_tokens as the bound of a request that names no length; what the file leaves out keeps OpenAI's default.
+SamplingDefaults sampling_defaults(const GenerationConfig& generation_config);
 
 // Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so the first client
 // does not pay the process's one-off costs (first-touch of caches and buffers, the thread pool's start, table builds),

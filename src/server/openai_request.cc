@@ -158,13 +158,16 @@ void parse_stop(const json& body, CompletionRequest& r) {
   }
 }
 
-void parse_sampling(const json& body, CompletionRequest& r) {
+void parse_sampling(const json& body, const SamplingDefaults& defaults, CompletionRequest& r) {
   SamplingParams& s = r.options.sampling;
+  s.temperature = defaults.temperature;
+  s.top_p = defaults.top_p;
+  s.top_k = defaults.top_k;
+  s.min_p = defaults.min_p;
+  r.options.repetition_penalty = defaults.repetition_penalty;
   if (const json* v = field(body, "temperature")) {
     s.temperature = float(number(*v, "temperature"));
     if (s.temperature < 0 || s.temperature > 2) throw out_of_range("temperature", "must be in [0, 2]");
-  } else {
-    s.temperature = 1;  // OpenAI's default
   }
   if (const json* v = field(body, "top_p")) {
     s.top_p = float(number(*v, "top_p"));
@@ -306,7 +309,8 @@ int json_nesting_depth(const std::string& text) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const RequestOptions& defaults) {
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const RequestOptions& defaults,
+                                           const SamplingDefaults& sampling) {
   if (json_nesting_depth(body_text) > kMaxJsonDepth)
     throw bad_request("invalid_json", "the request body nests arrays and objects deeper than " +
                                           std::to_string(kMaxJsonDepth) + " levels");
@@ -326,7 +330,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     parse_prompt(body, r);
   }
   reject_unsupported(body, chat);
-  parse_sampling(body, r);
+  parse_sampling(body, sampling, r);
   parse_output_controls(body, r);
   parse_stop(body, r);
   // Chat's newer name first: max_completion_tokens, then max_tokens.
@@ -387,7 +391,12 @@ Request prepare_request(const CompletionRequest& r, const ServedModel& model) {
   if (r.max_tokens > room) throw too_long(r.max_tokens);
   p.options = r.options;
   RequestOptions& o = p.options;
-  o.max_new_tokens = r.max_tokens > 0 ? r.max_tokens : (r.chat ? room : std::min(16, room));
+  if (r.max_tokens > 0) {
+    o.max_new_tokens = r.max_tokens;
+  } else {
+    o.max_new_tokens = r.chat ? room : std::min(16, room);
+    if (model.sampling.max_tokens > 0) o.max_new_tokens = std::min(o.max_new_tokens, model.sampling.max_tokens);
+  }
   for (const auto& [id, bias] : o.logit_bias)
     if (id >= model.vocab_size)
       throw out_of_range("logit_bias", "holds token id " + std::to_string(id) + ", outside the vocabulary [0, " +

@@ -15,6 +15,16 @@
 
 namespace ts::server {
 
+// What a request gets for the sampling fields its body leaves out: OpenAI's defaults (temperature 1, the rest
+// off), or the checkpoint's generation_config.json values as vLLM applies them (serve --generation-config auto,
+// model_setup.h's sampling_defaults). max_tokens > 0 bounds a completion whose body names no length (vLLM's use of
+// the file's max_new_tokens); an explicit max_tokens is the client's.
+struct SamplingDefaults {
+  float temperature = 1, top_p = 1, min_p = 0, repetition_penalty = 1;
+  int top_k = 0;
+  int max_tokens = 0;  // 0: the endpoint's own default (chat: the room left; completions: 16)
+};
+
 // What the HTTP layer needs to know about the served model.
 struct ServedModel {
   std::string name;                                 // the id /v1/models lists and requests may name
@@ -26,6 +36,7 @@ struct ServedModel {
   // What every request's options start from: the operator's decode mode, tree and load-adaptive policy. The body
   // then sets sampling and the output controls; those fields should be left at their defaults here.
   RequestOptions request_defaults;
+  SamplingDefaults sampling;  // for the sampling fields a body leaves out
 };
 
 struct CompletionRequest {
@@ -54,11 +65,14 @@ struct CompletionRequest {
 constexpr int kMaxJsonDepth = 128;
 
 // Throws ApiError on malformed JSON, nesting past kMaxJsonDepth, wrong types, unknown roles, out-of-range or
-// unsupported parameters. The result's options start from `defaults` (ServedModel::request_defaults).
-CompletionRequest parse_completion_request(const std::string& body, bool chat, const RequestOptions& defaults = {});
+// unsupported parameters. The result's options start from `defaults` (ServedModel::request_defaults); temperature,
+// top_p, top_k, min_p and repetition_penalty the body leaves out come from `sampling` (ServedModel::sampling).
+CompletionRequest parse_completion_request(const std::string& body, bool chat, const RequestOptions& defaults = {},
+                                           const SamplingDefaults& sampling = {});
 
 // The engine request: the prompt tokenized (chat template for chat) into prompt [P], and the options with
-// max_new_tokens resolved (the body's max_tokens, or the endpoint's default, within the room left in the context)
+// max_new_tokens resolved (the body's max_tokens, or the endpoint's default bounded by ServedModel::sampling's
+// max_tokens, within the room left in the context)
 // and the model's end-of-turn ids as stop_ids (none with ignore_eos). A prompt that leaves no room for one new
 // token is a 400 context_length_exceeded, as is an explicit max_tokens that does not fit.
 Request prepare_request(const CompletionRequest& request, const ServedModel& model);

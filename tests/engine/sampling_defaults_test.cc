@@ -66,6 +66,26 @@ TEST(SamplingDefaults, OutOfRangeFlagIsAnError) {
   SamplingOverrides o;
   o.top_p = 1.5f;
   EXPECT_THROW(choose_sampling(o, GenerationConfig{}), Error);
+  SamplingOverrides r;
+  r.repetition_penalty = 0.0f;
+  EXPECT_THROW(choose_sampling(r, GenerationConfig{}), Error);
+}
+
+// Qwen2.5-Instruct's file sets repetition_penalty 1.05: a default like the others (vLLM applies it too).
+TEST(SamplingDefaults, RepetitionPenaltyComesFromTheFileUnlessGiven) {
+  const GenerationConfig g = parse_generation_config(
+      R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7, "top_k": 20, "top_p": 0.8})", "g.json");
+  SamplingChoice c = choose_sampling({}, g);
+  EXPECT_FLOAT_EQ(c.repetition_penalty, 1.05f);
+  EXPECT_EQ(c.repetition_penalty_source, "generation_config.json");
+  SamplingOverrides o;
+  o.repetition_penalty = 1.0f;
+  c = choose_sampling(o, g);
+  EXPECT_EQ(c.repetition_penalty, 1.0f);
+  EXPECT_EQ(c.repetition_penalty_source, "flag");
+  c = choose_sampling({}, qwen3_generation_config());
+  EXPECT_EQ(c.repetition_penalty, 1.0f);
+  EXPECT_EQ(c.repetition_penalty_source, "default");
 }
 
 TEST(ModelBundleStopIds, MergesGenerationConfigEos) {

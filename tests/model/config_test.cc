@@ -187,10 +187,17 @@ TEST(GenerationConfig, ReadsSamplingDefaultsAndEos) {
   EXPECT_FALSE(g.min_p.has_value());
   EXPECT_EQ(g.eos_token_ids, (std::vector<int32_t>{151645, 151643}));
   EXPECT_TRUE(g.unsupported.empty());
-  // Qwen2.5-Instruct's file also sets a repetition penalty, which treespark does not apply: listed.
+  EXPECT_FALSE(g.repetition_penalty.has_value());
+  EXPECT_FALSE(g.max_new_tokens.has_value());
+  // Qwen2.5-Instruct's file also sets a repetition penalty (applied, as vLLM does); a typical_p other than 1 is not
+  // implemented: listed.
   g = parse_gen(R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7, "top_k": 20, "top_p": 0.8,
-    "typical_p": 1.0})");
-  EXPECT_EQ(g.unsupported, (std::vector<std::string>{"repetition_penalty"}));
+    "typical_p": 1.0, "max_new_tokens": 2048})");
+  EXPECT_FLOAT_EQ(*g.repetition_penalty, 1.05f);
+  EXPECT_EQ(*g.max_new_tokens, 2048);
+  EXPECT_TRUE(g.unsupported.empty());
+  g = parse_gen(R"({"typical_p": 0.9, "no_repeat_ngram_size": 3})");
+  EXPECT_EQ(g.unsupported, (std::vector<std::string>{"typical_p", "no_repeat_ngram_size"}));
   g = parse_gen(R"({"eos_token_id": 2, "min_p": 0.05, "temperature": null})");
   EXPECT_EQ(g.eos_token_ids, (std::vector<int32_t>{2}));
   EXPECT_FLOAT_EQ(*g.min_p, 0.05f);
@@ -208,6 +215,10 @@ TEST(GenerationConfig, WrongTypesAndRangesAreClearErrors) {
   expect_error([] { parse_gen(R"({"top_k": 2.5})"); }, "'top_k' must be a non-negative integer");
   expect_error([] { parse_gen(R"({"top_k": -1})"); }, "'top_k' must be a non-negative integer");
   expect_error([] { parse_gen(R"({"do_sample": "yes"})"); }, "'do_sample' must be true or false");
+  expect_error([] { parse_gen(R"({"repetition_penalty": 0})"); }, "'repetition_penalty' = 0 is outside (0, 10]");
+  expect_error([] { parse_gen(R"({"repetition_penalty": 11})"); }, "'repetition_penalty' = 11 is outside");
+  expect_error([] { parse_gen(R"({"max_new_tokens": 0})"); }, "'max_new_tokens' must be a positive integer");
+  expect_error([] { parse_gen(R"({"max_new_tokens": 1.5})"); }, "'max_new_tokens' must be a positive integer");
   expect_error([] { parse_gen(R"({"eos_token_id": "2"})"); }, "'eos_token_id' must be a token id");
   expect_error([] { parse_gen(R"({"eos_token_id": [2, -1]})"); }, "'eos_token_id' must be a token id");
   expect_error([] { parse_gen(R"([1, 2])"); }, "expected a JSON object");

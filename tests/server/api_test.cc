@@ -2,6 +2,8 @@
 // timings, stop strings, stop ids, /v1/models, /health, /metrics.
 #include <thread>
 
+#include "model/config.h"
+#include "server/model_setup.h"
 #include "server/server_fixture.h"
 
 namespace ts::server::testing {
@@ -55,6 +57,63 @@ TEST_F(ServerTest, SamplingParametersReachTheBackend) {
   EXPECT_EQ(sub[0].options.sampling.top_k, 40);
   EXPECT_FLOAT_EQ(sub[0].options.sampling.min_p, 0.05f);
   EXPECT_EQ(sub[0].options.sampling.seed, 1234u);
+}
+
+// serve --generation-config auto: the checkpoint's generation_config.json fills the sampling fields a body leaves
+// out (Qwen2.5-Instruct's file, with a max_new_tokens), as vLLM applies it; the body's own values win.
+TEST_F(ServerTest, GenerationConfigDefaultsFillWhatTheBodyLeavesOut) {
+  sampling_defaults_ = sampling_defaults(parse_generation_config(
+      R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7, "top_k": 20, "top_p": 0.8,
+          "max_new_tokens": 5})", "generation_config.json"));
+  start();
+  auto r = post("/v1/completions", json{{"prompt", {1, 2, 3}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  r = post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"temperature", 0.2},
+                                        {"top_k", -1}, {"top_p", 1}, {"repetition_penalty", 1.0}, {"max_tokens", 9}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  r = post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto sub = backend_->submitted();
+  ASSERT_EQ(sub.size(), 3u);
+  EXPECT_FLOAT_EQ(sub[0].options.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(sub[0].options.sampling.top_p, 0.8f);
+  EXPECT_EQ(sub[0].options.sampling.top_k, 20);
+  EXPECT_EQ(sub[0].options.sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(sub[0].options.repetition_penalty, 1.05f);
+  EXPECT_EQ(sub[0].options.max_new_tokens, 5);  // min(16, the file's 5)
+  EXPECT_FLOAT_EQ(sub[1].options.sampling.temperature, 0.2f);
+  EXPECT_EQ(sub[1].options.sampling.top_k, 0);
+  EXPECT_EQ(sub[1].options.sampling.top_p, 1.0f);
+  EXPECT_EQ(sub[1].options.repetition_penalty, 1.0f);
+  EXPECT_EQ(sub[1].options.max_new_tokens, 9);  // an explicit length is the client's
+  EXPECT_EQ(sub[2].options.max_new_tokens, 5);  // chat: the room left, bounded by the file
+  // do_sample false: greedy by default, whatever the file's temperature.
+  sampling_defaults_ = sampling_defaults(parse_generation_config(R"({"do_sample": false, "temperature": 0.7})", "g"));
+  EXPECT_EQ(sampling_defaults_.temperature, 0.0f);
+  // Without a file: OpenAI's defaults.
+  const SamplingDefaults none = sampling_defaults(GenerationConfig{});
+  EXPECT_EQ(none.temperature, 1.0f);
+  EXPECT_EQ(none.top_p, 1.0f);
+  EXPECT_EQ(none.top_k, 0);
+  EXPECT_EQ(none.repetition_penalty, 1.0f);
+  EXPECT_EQ(none.max_tokens, 0);
+}
+
+// Without generation-config defaults a body that names no temperature samples at OpenAI's 1.
+TEST_F(ServerTest, OpenAIDefaultsWithoutAGenerationConfig) {
+  start();
+  auto r = post("/v1/completions", json{{"prompt", {1, 2, 3}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto sub = backend_->submitted();
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(sub[0].options.sampling.temperature, 1.0f);
+  EXPECT_EQ(sub[0].options.sampling.top_p, 1.0f);
+  EXPECT_EQ(sub[0].options.repetition_penalty, 1.0f);
+  EXPECT_EQ(sub[0].options.max_new_tokens, 16);
 }
 
 TEST_F(ServerTest, ChatUsesTheTemplateAndHidesTheEndOfTurn) {

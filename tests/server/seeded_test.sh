@@ -2,7 +2,8 @@
 # Sampling through `treespark serve` on the shipped pair, across two starts of the server with the same
 # configuration (TreeSpark trees, the load-adaptive policy priced from one cost curve, --deterministic-trees):
 # a seeded T > 0 request returns the same text and ids from both starts, and from a replay of the seed an unseeded
-# request reported; unseeded requests differ from each other; a greedy request's logprobs through the server
+# request reported; unseeded requests differ from each other; a body without sampling fields samples as the shipped
+# generation_config.json says (start-up logs those defaults); a greedy request's logprobs through the server
 # (speculating) equal `treespark generate --mode none --logprobs`.
 # Usage: seeded_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
@@ -45,6 +46,12 @@ for _ in range(2):
     assert replay["choices"][0]["token_ids"] == d["choices"][0]["token_ids"], "replaying seed %d differs" % d["seed"]
     results["unseeded"].append(d["choices"][0]["token_ids"])
 assert results["unseeded"][0] != results["unseeded"][1], "two unseeded samples are identical"
+# The shipped generation_config.json (temperature 0.7, top_p 0.9, top_k 20) fills the fields a body leaves out.
+ids = lambda d: d["choices"][0]["token_ids"]
+body = {"prompt": "Once upon a time", "max_tokens": 32, "seed": 7, "return_token_ids": True}
+by_default = post(body)
+assert ids(by_default) == ids(post(dict(body, temperature=0.7, top_p=0.9, top_k=20))), "defaults are not the file's"
+assert ids(by_default) != ids(post(dict(body, temperature=1.0, top_p=1, top_k=-1))), "defaults look like OpenAI's"
 # Logprobs of a speculative greedy request (trees) against `generate --mode none --logprobs`: same tokens, same
 # values (the server prints the float's double, generate its shortest form: compare to float rounding).
 bin, src = sys.argv[3], sys.argv[4]
@@ -62,12 +69,13 @@ for got, want in zip(lp["top_logprobs"], plain["logprobs"]):
     assert sorted(round(v, 5) for v in got.values()) == sorted(round(v, 5) for _, v in want["top"]), (got, want)
 results["logprobs"] = lp["token_logprobs"]
 json.dump(results, open(out, "w"))
-print("start: 3 seeded samples; 2 unseeded samples differ and replay from their returned seeds; greedy tree "
-      "logprobs equal generate --mode none's")
+print("start: 3 seeded samples; 2 unseeded samples differ and replay from their returned seeds; a body without "
+      "sampling fields samples with generation_config.json's; greedy tree logprobs equal generate --mode none's")
 PY
   kill -TERM "$pid"
   wait "$pid"
   pid=
+  grep -q "sampling defaults from generation_config.json" "$work/serve$start.log"
 done
 "$py" - "$work/start1.json" "$work/start2.json" <<'PY'
 import json, sys

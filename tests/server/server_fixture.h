@@ -125,8 +125,10 @@ class ServerTest : public ::testing::Test {
     m.stop_ids = t.chat.stop_ids(t.tokenizer);
     m.max_context = 256;
     m.vocab_size = t.tokenizer.vocab_size();
+    m.sampling = sampling_defaults_;
     server_->set_ready(*backend_, m);
   }
+  SamplingDefaults sampling_defaults_;  // the served model's (ready() passes them on)
   void TearDown() override {
     if (server_) server_->stop();
     server_.reset();

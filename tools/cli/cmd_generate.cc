@@ -89,7 +89,7 @@ int cmd_generate(int argc, char** argv) {
   std::string model_dir, drafter_dir, prompt_ids, prompt;
   bool chat = false, no_thinking = false, json = false, compare = false, fixed_theta = false;
   int n = 1, logprobs = -1, min_tokens = 0;
-  float presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
+  float presence_penalty = 0, frequency_penalty = 0;
   std::vector<std::string> logit_bias;
   DecodeFlags flags;
   app.add_option("--model", model_dir, "target model folder (Hugging Face layout)")->required();
@@ -122,11 +122,7 @@ int cmd_generate(int argc, char** argv) {
                  "OpenAI frequency_penalty in [-2, 2]: subtracted from a token's logit once per time it was "
                  "generated (not the prompt); > 0 discourages repeats")
       ->check(CLI::Range(-2.0f, 2.0f));
-  app.add_option("--repetition-penalty", repetition_penalty,
-                 "vLLM/HF repetition_penalty in (0, 10]: every token of the prompt or the generated text has a "
-                 "positive logit divided by it, a negative one multiplied; > 1 discourages repeats, 1 = off. All "
-                 "three penalties apply after --logit-bias and --min-tokens, before temperature, in every mode")
-      ->check(CLI::Range(0.0f, 10.0f));
+  flags.add_repetition_penalty(app);
   flags.add_sampling(app);
   flags.add_spec(app);
   app.add_flag("--fixed-theta", fixed_theta,
@@ -161,7 +157,7 @@ int cmd_generate(int argc, char** argv) {
   opt.min_tokens = min_tokens;
   opt.presence_penalty = presence_penalty;
   opt.frequency_penalty = frequency_penalty;
-  opt.repetition_penalty = repetition_penalty;  // 0 passes the range check; the engine refuses it by name
+  opt.repetition_penalty = flags.repetition_penalty;  // 0 passes the range check; choose_sampling refuses it
   for (const std::string& entry : logit_bias) opt.logit_bias.push_back(parse_logit_bias(entry));
   // Tree mode prices each node with the target's measured cost curve unless a fixed theta was asked for: on the
   // shipped pair a fixed theta of 0.05 grew ~30-node trees whose verification cost more than they saved (Xeon family

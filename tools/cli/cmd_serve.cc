@@ -131,6 +131,12 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--fixed-theta", spec.fixed_theta, "no load-adaptive policy: every round uses --theta");
   app.add_option("--cost-curve", spec.cost_curve,
                  "cost model JSON (engine/cost_curve.h: write_cost_model; default: measured at start-up)");
+  std::string generation_config = "auto";
+  app.add_option("--generation-config", generation_config,
+                 "sampling defaults for what a request leaves out, as vLLM's flag: auto = the model folder's "
+                 "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty; max_new_tokens bounds "
+                 "a request that names no length), vllm = OpenAI's (temperature 1, the rest off), or a folder "
+                 "holding a generation_config.json");
   std::string kv_events_endpoint, kv_events_topic;
   CLI::Option* kv_events_flag =
       app.add_option("--kv-events", kv_events_endpoint,
@@ -142,6 +148,13 @@ int cmd_serve(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // A --generation-config folder is read before anything loads, so a wrong path stops start-up at once.
+  GenerationConfig generation_config_file;
+  if (generation_config != "auto" && generation_config != "vllm") {
+    generation_config_file = load_generation_config(generation_config);
+    TS_CHECK(generation_config_file.present, "--generation-config: no generation_config.json in ", generation_config,
+             " (or auto / vllm)");
   }
   if (name.empty()) {
     name = model_dir;
@@ -243,6 +256,21 @@ int cmd_serve(int argc, char** argv) {
   auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine);
   server::ServedModel served = server::describe_model(bundle, name, backend->max_context());
   served.request_defaults = defaults;
+  if (generation_config != "vllm") {
+    const GenerationConfig& g = generation_config == "auto" ? bundle.generation_config : generation_config_file;
+    served.sampling = server::sampling_defaults(g);
+    if (g.present) {
+      const server::SamplingDefaults& d = served.sampling;
+      std::fprintf(stderr,
+                   "treespark serve: sampling defaults from generation_config.json (a request's own values win): "
+                   "temperature %g, top_p %g, top_k %d, min_p %g, repetition_penalty %g%s\n",
+                   d.temperature, d.top_p, d.top_k, d.min_p, d.repetition_penalty,
+                   d.max_tokens > 0 ? cat(", max_tokens at most ", d.max_tokens, " when not given").c_str() : "");
+      for (const std::string& key : g.unsupported)
+        std::fprintf(stderr, "treespark serve: generation_config.json sets '%s', which treespark does not apply\n",
+                     key.c_str());
+    }
+  }
   server.set_ready(*backend, std::move(served));
   std::fprintf(stderr, "treespark serve: ready: model '%s', mode %s%s, max batch %d, max queue %d, context %d\n",
                name.c_str(), defaults.mode == DecodeMode::None ? "none" : spec.mode.c_str(),

@@ -26,6 +26,16 @@ void DecodeFlags::add_sampling(CLI::App& app) {
   add_quantize_option(app, &quantize);
 }
 
+void DecodeFlags::add_repetition_penalty(CLI::App& app) {
+  repetition_penalty_opt_ =
+      app.add_option("--repetition-penalty", repetition_penalty,
+                     "vLLM/HF repetition_penalty in (0, 10]: every token of the prompt or the generated text has a "
+                     "positive logit divided by it, a negative one multiplied; > 1 discourages repeats, 1 = off "
+                     "(default: generation_config.json, else 1). All three penalties apply after --logit-bias and "
+                     "--min-tokens, before temperature, in every mode")
+          ->check(CLI::Range(0.0f, 10.0f));
+}
+
 void DecodeFlags::add_spec(CLI::App& app) {
   app.add_option("--mode", mode, "none (target only) | chain | tree")
       ->check(CLI::IsMember({"none", "chain", "tree"}));
@@ -54,12 +64,15 @@ void DecodeFlags::apply_generation_config(const GenerationConfig& generation_con
   if (explicit_option(top_p_opt_)) given.top_p = top_p;
   if (explicit_option(top_k_opt_)) given.top_k = top_k;
   if (explicit_option(min_p_opt_)) given.min_p = min_p;
+  // Without the option registered the command applies no penalty: the file's value is not used either.
+  if (!repetition_penalty_opt_ || explicit_option(repetition_penalty_opt_)) given.repetition_penalty = repetition_penalty;
   sampling = choose_sampling(given, generation_config);
   unsupported_ = generation_config.unsupported;
   temperature = sampling.params.temperature;
   top_p = sampling.params.top_p;
   top_k = sampling.params.top_k;
   min_p = sampling.params.min_p;
+  repetition_penalty = sampling.repetition_penalty;
 }
 
 nlohmann::json DecodeFlags::sampling_json() const {
@@ -72,6 +85,8 @@ nlohmann::json DecodeFlags::sampling_json() const {
                    {"top_p", entry(shortest(top_p), sampling.top_p_source)},
                    {"top_k", entry(top_k, sampling.top_k_source)},
                    {"min_p", entry(shortest(min_p), sampling.min_p_source)}};
+  if (repetition_penalty_opt_)
+    j["repetition_penalty"] = entry(shortest(repetition_penalty), sampling.repetition_penalty_source);
   if (!unsupported_.empty()) j["not_applied"] = unsupported_;  // generation_config.json keys treespark lacks
   return j;
 }

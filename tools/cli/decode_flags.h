@@ -15,6 +15,7 @@ namespace ts::cli {
 
 struct DecodeFlags {
   float temperature = 0, top_p = 1, min_p = 0;
+  float repetition_penalty = 1;      // only where add_repetition_penalty registered --repetition-penalty
   int top_k = 0;
   uint64_t seed = 0;
   int max_tokens = 64;
@@ -33,10 +34,13 @@ struct DecodeFlags {
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);
-  // After parsing: temperature, top_p, top_k and min_p not given as flags come from generation_config.json (see
-  // choose_sampling); `sampling` records each value's source.
+  // --repetition-penalty (generate): not given, generation_config.json's value, else 1.
+  void add_repetition_penalty(CLI::App& app);
+  // After parsing: temperature, top_p, top_k, min_p (and repetition_penalty where registered) not given as flags
+  // come from generation_config.json (see choose_sampling); `sampling` records each value's source.
   void apply_generation_config(const GenerationConfig& generation_config);
-  // {"temperature": {"value": v, "source": s}, "top_p": ..., "top_k": ..., "min_p": ...}, plus "not_applied":
+  // {"temperature": {"value": v, "source": s}, "top_p": ..., "top_k": ..., "min_p": ...} (and "repetition_penalty"
+  // where registered), plus "not_applied":
   // [keys] when generation_config.json sets sampling options treespark does not implement.
   nlohmann::json sampling_json() const;
   // --mode tree with the calibrated (TreeSpark) priority needs a Markov head (parent-conditional q). Without one
@@ -51,6 +55,7 @@ struct DecodeFlags {
 
  private:
   CLI::Option *temperature_opt_ = nullptr, *top_p_opt_ = nullptr, *top_k_opt_ = nullptr, *min_p_opt_ = nullptr;
+  CLI::Option* repetition_penalty_opt_ = nullptr;
   CLI::Option* priority_opt_ = nullptr;
   std::vector<std::string> unsupported_;  // generation_config.json sampling keys not applied
 };
