@@ -478,6 +478,7 @@ StepReport Engine::step() {
   report.schedule_ms = sched_ms;
   report.step_ms = now_ms() - t0;
   report.probe = plan.probe;
+  report.plain_probe = plan.plain_probe;
   const bool priced =
       sched_.config.cost && report.prefill_requests == 0 && report.batch > 0 && report.forward_rows >= report.batch;
   sched::StepObservation seen;
@@ -500,6 +501,7 @@ StepReport Engine::step() {
   metrics_.decode_steps = sched_.decode_steps;
   metrics_.speculative_steps = sched_.speculative_steps;
   metrics_.probe_steps = sched_.probe_steps;
+  metrics_.plain_probe_steps = sched_.plain_probe_steps;
   if (config_.on_step) config_.on_step(report);
   if (prefix_cache_) {
     std::vector<KvCacheEvent> events = prefix_cache_->take_events();

@@ -51,6 +51,7 @@ struct StepReport {
   // before the step); 0 when unpriced (no cost model, or prefill in the step).
   double modelled_ms = 0;
   bool probe = false;        // the step speculated to explore, not because it paid (scheduler.h)
+  bool plain_probe = false;  // the step ran plain to measure the plain price while speculation paid (scheduler.h)
   std::vector<RoundDecision> decisions;  // one per decoding request
 };
 
@@ -90,8 +91,9 @@ struct EngineMetrics {
   int64_t steps = 0;
   // Steps that decoded (some request made a token without prefilling), those in which some request speculated,
   // and the policy's probes among them (rounds run to re-measure prices that kept speculation off: scheduler.h).
-  // speculative_steps / decode_steps is the share of steps that speculated.
-  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0;
+  // speculative_steps / decode_steps is the share of steps that speculated. plain_probe_steps: decode steps run
+  // plain to measure the plain price where speculation paid (scheduler.h, step 7).
+  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0, plain_probe_steps = 0;
   double tree_node_ms = 0;        // gauge: tree growth per draft node, as adaptive trees price it
   double step_ms_total = 0;       // wall time inside Engine::step()
   double schedule_ms_total = 0;   // of which the scheduler's own work (schedule + update + bookkeeping)

@@ -205,6 +205,15 @@ void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Can
   }
   plan.adaptive_candidates = int(candidates.size());
   plan.policy_speculates = best > 0;
+  // Step 7: a bucket whose plain price is unmeasured or stale gets a plain step. Only when no request outside the
+  // policy drafts anyway: a step with some drafting cannot measure it.
+  const int bucket = batch_bucket(plan.batch);
+  const int since_plain = state.steps_since_plain[bucket];
+  if (best > 0 && base.drafting == 0 && c.plain_probe_interval > 0 && since_plain >= c.plain_probe_interval &&
+      (state.plain_residual[bucket].count == 0 || since_plain >= kPlainRefreshSteps)) {
+    plan.plain_probe = true;
+    return;
+  }
   // Exploration: nothing paid for probe_interval steps in a row, so the most efficient candidate speculates
   // anyway and its round re-measures the prices that kept it off.
   const int interval = current_probe_interval(state);
@@ -270,6 +279,9 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     for (const DecodeWork& d : plan.decode) drafted |= d.speculate;
     state.speculative_steps += drafted;
     state.probe_steps += plan.probe;
+    state.plain_probe_steps += plan.plain_probe;
+    int& since_plain = state.steps_since_plain[batch_bucket(plan.batch)];
+    since_plain = drafted ? since_plain + 1 : 0;
   }
   if (plan.policy_speculates) {
     state.steps_without_draft = 0;
@@ -319,6 +331,7 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     fresh.decode_steps = state.decode_steps;
     fresh.speculative_steps = state.speculative_steps;
     fresh.probe_steps = state.probe_steps;
+    fresh.plain_probe_steps = state.plain_probe_steps;
     state = fresh;
   }
   ++state.step;

@@ -30,6 +30,14 @@
 //      measures a round at least 25% cheaper than the estimate it tested, and doubles (up to max_probe_interval) after a probe
 //      that confirms the estimate. Where speculation truly does not pay, exploration costs at most one round of
 //      one request every max_probe_interval + 1 steps.
+//   7. measures the plain price too: the plain residual of a batch bucket is learned only from steps in which no
+//      request drafts, so a policy that keeps speculating at a load would never learn that plain steps there cost
+//      less than the curve says (a start-up measurement disturbed by a busy machine priced L(4, 1) at 1.6x a real
+//      batch-4 step, and speculation ran at 0.93x plain decoding's throughput). When adaptive requests have
+//      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, or was last
+//      measured kPlainRefreshSteps steps ago, the step runs plain (a plain probe; only when every drafting request
+//      is adaptive, so the step is wholly plain). Where speculation pays this costs one step's gain per interval
+//      until the bucket is measured, then one per kPlainRefreshSteps.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps steps of each kind are dropped (cold caches, first touch, one-off table builds); one
@@ -86,6 +94,9 @@ struct SchedulerConfig {
   // The longest the probe interval grows while probes keep confirming that speculation does not pay (step 6
   // above), >= probe_interval.
   int max_probe_interval = 64;
+  // Speculating steps in a row at a batch bucket whose plain step cost is unmeasured (or stale, see
+  // kPlainRefreshSteps) before one step runs plain to measure it (step 7 above; 0 = never).
+  int plain_probe_interval = 16;
   // Forget what was learned across requests (class averages, exploration state, residuals) whenever the last
   // request leaves, so requests that do not overlap cannot change each other's decisions.
   bool forget_when_idle = false;
@@ -106,6 +117,9 @@ constexpr int kBatchBuckets = 5;
 int batch_bucket(int batch);
 // The process's first steps of each kind (plain, drafting) teach nothing: they pay for cold caches.
 constexpr int kResidualWarmupSteps = 2;
+// A bucket's plain residual counts as stale once this many decode steps at that bucket ran with some request
+// drafting since its last wholly plain step (step 7 of schedule()).
+constexpr int kPlainRefreshSteps = 512;
 
 struct SchedulerState {
   SchedulerConfig config;
@@ -126,8 +140,10 @@ struct SchedulerState {
   // Exploration (step 6 of schedule()).
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
   int probe_interval = 0;       // the current interval; 0 = config.probe_interval
-  // Counters for metrics: decode steps, those in which some request speculated, and probes among them.
-  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0;
+  int steps_since_plain[kBatchBuckets] = {};  // per bucket: decode steps with some request drafting since a plain one
+  // Counters for metrics: decode steps, those in which some request speculated, probes among them, and plain probes
+  // (steps run plain to measure the plain price, step 7).
+  int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0, plain_probe_steps = 0;
 };
 
 // One executed decode-only step, fed back: `batch` requests decoded, `drafting` of them speculated, the step took
@@ -173,6 +189,7 @@ struct Plan {
   int adaptive_candidates = 0;        // adaptive requests that could speculate this step
   bool policy_speculates = false;     // the policy chose speculation for some of them by price
   bool probe = false;                 // none paid, and one speculates to explore (schedule() step 6)
+  bool plain_probe = false;           // speculation paid, and the step runs plain to measure the plain price (step 7)
 };
 
 Plan schedule(const SchedulerState& state);

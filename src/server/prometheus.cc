@@ -125,6 +125,9 @@ std::vector<Series> treespark_engine_series(const EngineMetrics& m) {
        double(m.speculative_steps)},
       {"spec_decode_probe_steps_total", "counter", "Steps the policy speculated in to re-measure its prices.",
        double(m.probe_steps)},
+      {"spec_decode_plain_probe_steps_total", "counter",
+       "Steps the policy ran plain, where speculation paid, to re-measure the plain price.",
+       double(m.plain_probe_steps)},
       {"engine_step_seconds_total", "counter", "Wall time inside engine steps.", m.step_ms_total / 1e3},
       {"engine_schedule_seconds_total", "counter", "Of which the scheduler's own work.", m.schedule_ms_total / 1e3},
   };

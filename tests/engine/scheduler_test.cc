@@ -413,9 +413,10 @@ TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
 
 // Drives `steps` decode-only steps of the state's requests through schedule / run / update / observe_step as the
 // engine does. A speculating request emits 3 tokens from a 4-node tree; a step takes extra_ms(drafting step
-// index) beyond the modelled cost when some request drafts (the index counts drafting steps so far), none
-// otherwise. Returns, per step, whether any request speculated.
-std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::function<double(int)>& extra_ms) {
+// index) beyond the modelled cost when some request drafts (the index counts drafting steps so far), plain_extra_ms
+// otherwise (negative: plain steps cheaper than the curve says). Returns, per step, whether any request speculated.
+std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::function<double(int)>& extra_ms,
+                                  double plain_extra_ms = 0) {
   std::vector<bool> speculated;
   int drafting_steps = 0;
   for (int i = 0; i < steps; ++i) {
@@ -437,7 +438,7 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
     }
     update(st, p, out);
     seen.modelled_ms = step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
-    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : 0.0);
+    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms);
     observe_step(st, seen);
     speculated.push_back(seen.drafting > 0);
   }
@@ -474,8 +475,10 @@ TEST(Scheduler, SlowFirstDraftingStepsDoNotSwitchSpeculationOffForGood) {
     // The slow steps did switch it off for a while...
     const auto first_off = std::find(speculated.begin(), speculated.end(), false);
     ASSERT_NE(first_off, speculated.end()) << "slow_steps " << slow_steps;
-    // ...and it is back: every one of the last 200 steps speculates.
-    EXPECT_EQ(count(speculated, 400), 200) << "slow_steps " << slow_steps;
+    // ...and it is back: every one of the last 200 steps speculates, but for at most one plain probe (the plain
+    // price is refreshed every kPlainRefreshSteps speculating steps).
+    EXPECT_GE(count(speculated, 400), 200 - 1) << "slow_steps " << slow_steps;
+    EXPECT_LE(st.plain_probe_steps, 1);
     EXPECT_NEAR(draft_residual_ms(st, 1), 0.3, 1e-9);
     EXPECT_GT(st.probe_steps, 0);
     EXPECT_EQ(st.decode_steps, 600);
@@ -503,6 +506,34 @@ TEST(Scheduler, SpeculationThatNeverPaysStaysMostlyOffAndKeepsProbingAtABoundedC
       simulate_policy(noisy, steps, [](int i) { return 40.0 * (1.0 + 0.15 * std::sin(1.7 * i)); });
   EXPECT_LE(count(noisy_speculated), bound);
   EXPECT_GE(count(noisy_speculated, steps - 2 * 65), 2);
+}
+
+// The plain price is learned only from wholly plain steps. A curve that prices plain steps at more than they cost
+// (here 10 ms for a 3 ms step, as a start-up measurement on a busy machine did at batch 4) makes speculation look
+// worth it from the first step; without plain steps nothing would correct that. Plain probes measure it, and the
+// policy then decodes plainly (but for its speculation probes), as it should: 1 token per 3 ms beats 3 per 11.
+TEST(Scheduler, APlainPriceTooHighIsMeasuredAndSpeculationStopsWhereItLoses) {
+  const CostModel curve = memory_bound_curve();
+  SchedulerState st = one_long_request(curve);
+  const int steps = 1000;
+  const std::vector<bool> speculated = simulate_policy(st, steps, [](int) { return 0.0; }, -7.0);
+  EXPECT_TRUE(speculated.front()) << "the curve made speculation look worth it";
+  EXPECT_GE(st.plain_probe_steps, kResidualWarmupSteps + 1) << "the process's first plain steps are warm-up";
+  EXPECT_LE(st.plain_probe_steps, kResidualWarmupSteps + 1);
+  EXPECT_NEAR(plain_residual_ms(st, 1), -7.0, 1e-9);
+  // Once measured, speculation runs only in its probes: at most one step in max_probe_interval + 1.
+  EXPECT_LE(count(speculated, steps - 400), 400 / (st.config.max_probe_interval + 1) + 1);
+  // The same curve where plain steps cost what it says: speculation pays and runs but for the plain probes,
+  // which stop once the bucket is measured and then refresh it every kPlainRefreshSteps steps.
+  SchedulerState fair = one_long_request(curve);
+  const std::vector<bool> fair_speculated = simulate_policy(fair, steps, [](int) { return 0.0; });
+  EXPECT_LE(fair.plain_probe_steps, kResidualWarmupSteps + 1 + steps / kPlainRefreshSteps);
+  EXPECT_EQ(count(fair_speculated), steps - int(fair.plain_probe_steps));
+  // Off: nothing measures the plain price, and speculation runs every step.
+  SchedulerState off = one_long_request(curve);
+  off.config.plain_probe_interval = 0;
+  EXPECT_EQ(count(simulate_policy(off, steps, [](int) { return 0.0; }, -7.0)), steps);
+  EXPECT_EQ(off.plain_probe_steps, 0);
 }
 
 // A probe that finds the estimate too pessimistic keeps the interval short; the policy speculating by itself

@@ -58,6 +58,7 @@ struct SpecFlags {
 void log_policy_step(const StepReport& r) {
   if (r.batch == 0) return;
   std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
+                         r.plain_probe ? " plain-probe" : "",
                          " predicted ", r.modelled_ms, " ms actual ", r.step_ms, " ms;");
   for (const RoundDecision& d : r.decisions)
     line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
