@@ -51,7 +51,8 @@ struct ArmResult {
 };
 
 ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& prompts, const Arm& arm, int concurrency,
-                  float temperature, int max_tokens, const CostModel& cost, uint64_t seed, double prior) {
+                  float temperature, int max_tokens, const CostModel& cost, uint64_t seed, double prior,
+                  int plain_probe_interval) {
   ArmResult res;
   EngineConfig config;
   config.max_batch = concurrency;
@@ -61,6 +62,7 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
   config.calibration = bundle.calibration;
   if (arm.adaptive) config.cost_model = cost;
   if (prior > 0) config.prior_tokens_per_round[0] = config.prior_tokens_per_round[1] = prior;
+  if (plain_probe_interval >= 0) config.plain_probe_interval = plain_probe_interval;
   config.on_step = [&](const StepReport& r) {
     int drafting = 0;
     for (const RoundDecision& d : r.decisions) drafting += d.speculate;
@@ -146,6 +148,10 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--repeats", repeats, "runs per arm and level, interleaved; the median tok/s is kept");
   app.add_option("--cost-model", cost_path, "cost model JSON (default: measured at start-up)");
   app.add_option("--prior", prior, "tokens per round the policy assumes before measuring (default: the engine's)");
+  int plain_probe_interval = -1;
+  app.add_option("--plain-probe-interval", plain_probe_interval,
+                 "speculating steps in a row before a plain probe measures an unmeasured plain price (0 = never; "
+                 "default: the engine's)");
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
   std::string kv_dtype = "auto";
@@ -203,7 +209,8 @@ int bench_engine(int argc, char** argv) {
     std::vector<std::vector<ArmResult>> runs(arms.size());
     for (int rep = 0; rep < std::max(1, repeats); ++rep)
       for (size_t a = 0; a < arms.size(); ++a)
-        runs[a].push_back(run_arm(bundle, set.prompt_ids, arms[a], c, temperature, max_tokens, cost, seed, prior));
+        runs[a].push_back(run_arm(bundle, set.prompt_ids, arms[a], c, temperature, max_tokens, cost, seed, prior,
+                                  plain_probe_interval));
     std::vector<ArmResult> results;
     for (auto& r : runs) {
       std::sort(r.begin(), r.end(), [](const ArmResult& x, const ArmResult& y) { return x.tok_s() < y.tok_s(); });

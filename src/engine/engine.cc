@@ -71,6 +71,8 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   sc.block_size = drafter_ ? drafter_->block_size() : 0;
   sc.cost = config_.cost_model ? &*config_.cost_model : nullptr;
   sc.forget_when_idle = config_.deterministic_trees;
+  TS_CHECK(config_.plain_probe_interval >= 0, "plain_probe_interval must be >= 0, got ", config_.plain_probe_interval);
+  sc.plain_probe_interval = config_.plain_probe_interval;
   for (int c = 0; c < 2; ++c) {
     TS_CHECK(config_.prior_tokens_per_round[c] >= 1, "prior_tokens_per_round must be >= 1 (a round emits at least "
              "its bonus token), got ", config_.prior_tokens_per_round[c]);

@@ -53,6 +53,9 @@ struct EngineConfig {
   // Tokens per round the policy assumes for a request before it (or its temperature class) has been measured:
   // [0] greedy, [1] sampled (scheduler.h). A long-running engine soon replaces them with its own averages.
   double prior_tokens_per_round[2] = {2.5, 2.0};
+  // Speculating steps in a row at a load whose plain step is unmeasured before one runs plain to measure it
+  // (scheduler.h, step 7; 0 = never).
+  int plain_probe_interval = sched::SchedulerConfig{}.plain_probe_interval;
   // false (default): the policy learns as it runs what steps cost beyond the cost curve and how many tokens a
   // round yields per temperature class (scheduler.h), across requests. true: prices come from the cost curve
   // alone and whatever the policy learned is forgotten whenever no request is in the engine, so a request's tree
