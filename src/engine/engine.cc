@@ -491,6 +491,7 @@ StepReport Engine::step() {
     try {
       seen.modelled_ms = step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
                                             plan.mean_context);
+      seen.modelled_plain_ms = step_cost_ms(*sched_.config.cost, report.batch, report.batch, 0, plan.mean_context);
       report.modelled_ms = seen.modelled_ms + sched::plain_residual_ms(sched_, report.batch) +
                            seen.drafting * sched::draft_residual_ms(sched_, report.batch);
     } catch (const std::exception&) {

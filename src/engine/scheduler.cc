@@ -245,7 +245,10 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
     if (state.plain_observed++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
     return;
   }
-  const double per_request = std::max(0.0, (residual - plain_residual_ms(state, step.batch)) / step.drafting);
+  // Negative where rounds cost less than the curve says, down to the price of the same step run plain.
+  const double floor =
+      step.modelled_plain_ms > 0 ? -std::max(0.0, step.modelled_ms - step.modelled_plain_ms) / step.drafting : 0.0;
+  const double per_request = std::max(floor, (residual - plain_residual_ms(state, step.batch)) / step.drafting);
   const double estimate_before = draft_residual_ms(state, step.batch);
   const bool held_before = state.draft_residual[bucket].count > 0;
   if (state.draft_observed++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
@@ -255,7 +258,8 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   // one round per max_probe_interval steps however noisy the rounds are.
   constexpr double kProbeRelief = 0.75;
   const SchedulerConfig& c = state.config;
-  if (held_before && per_request >= kProbeRelief * estimate_before) {
+  const double slack = (1 - kProbeRelief) * std::abs(estimate_before);  // estimates may be negative (see above)
+  if (held_before && per_request >= estimate_before - slack) {
     state.probe_interval = std::min(std::max(c.probe_interval, c.max_probe_interval), 2 * current_probe_interval(state));
   } else {
     state.probe_interval = c.probe_interval;

@@ -135,7 +135,7 @@ struct SchedulerState {
   // policy adds both to its prices, so a pair whose rounds cost more than the curve says stops speculating where
   // that loses goodput.
   ResidualWindow plain_residual[kBatchBuckets];
-  ResidualWindow draft_residual[kBatchBuckets];  // per drafting request, >= 0
+  ResidualWindow draft_residual[kBatchBuckets];  // per drafting request; < 0 where the curve overprices rounds
   int plain_observed = 0, draft_observed = 0;    // steps offered to observe_step, warm-up included
   // Exploration (step 6 of schedule()).
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
@@ -148,11 +148,14 @@ struct SchedulerState {
 
 // One executed decode-only step, fed back: `batch` requests decoded, `drafting` of them speculated, the step took
 // actual_ms where the cost model predicted modelled_ms (step_cost_ms for the rows it ran); `probe`: the plan's.
+// modelled_plain_ms: what the model prices the same batch at with nobody drafting (step_cost_ms(b, b, 0)); it
+// bounds the learned per-request residual from below, so a curve that overprices rounds can be corrected down to,
+// never below, a plain step's price (0: the residual stays >= 0).
 struct StepObservation {
   int batch = 0;
   int drafting = 0;
   bool probe = false;
-  double actual_ms = 0, modelled_ms = 0;
+  double actual_ms = 0, modelled_ms = 0, modelled_plain_ms = 0;
 };
 void observe_step(SchedulerState& state, const StepObservation& step);
 

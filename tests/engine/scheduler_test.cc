@@ -438,6 +438,7 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
     }
     update(st, p, out);
     seen.modelled_ms = step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
+    seen.modelled_plain_ms = step_cost_ms(*st.config.cost, p.batch, p.batch, 0, p.mean_context);
     seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms);
     observe_step(st, seen);
     speculated.push_back(seen.drafting > 0);
@@ -534,6 +535,25 @@ TEST(Scheduler, APlainPriceTooHighIsMeasuredAndSpeculationStopsWhereItLoses) {
   off.config.plain_probe_interval = 0;
   EXPECT_EQ(count(simulate_policy(off, steps, [](int) { return 0.0; }, -7.0)), steps);
   EXPECT_EQ(off.plain_probe_steps, 0);
+}
+
+// The mirror image: a curve that overprices rounds (their k > 1 points timed while the machine was busy) says
+// speculation does not pay where it does. Probes measure rounds far cheaper than the curve; the learned residual
+// must be able to lower the price (never below a plain step's), or speculation stays off for good.
+TEST(Scheduler, ACurveThatOverpricesRoundsDoesNotKeepSpeculationOff) {
+  CostModel curve;
+  curve.batches = {1, 8};
+  curve.tokens = {1, 2, 4, 8, 16};
+  curve.ms = {10, 25, 30, 35, 40, 10, 25, 30, 35, 40};  // a 5-row round priced 31.25 ms + F for 3 tokens: off
+  curve.fixed_ms_by_batch = {0.5, 1.0};
+  curve.validate();
+  SchedulerState st = one_long_request(curve);
+  // Real rounds cost 12 ms: 3 tokens per 12 ms beats 1 per 10.
+  const double modelled_round = step_cost_ms(curve, 1, 5, 1, 0);
+  const std::vector<bool> speculated = simulate_policy(st, 600, [&](int) { return 12.0 - modelled_round; });
+  EXPECT_FALSE(speculated.front()) << "the curve kept speculation off at first";
+  EXPECT_GE(count(speculated, 400), 195) << "probes found rounds cheaper and speculation came back";
+  EXPECT_LT(draft_residual_ms(st, 1), 0);
 }
 
 // A probe that finds the estimate too pessimistic keeps the interval short; the policy speculating by itself
