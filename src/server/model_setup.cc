@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "engine/generator.h"
+#include "engine/sampling_defaults.h"
 
 namespace ts::server {
 
@@ -21,13 +22,15 @@ ServedModel describe_model(const ModelBundle& bundle, const std::string& name, i
 }
 
 SamplingDefaults sampling_defaults(const GenerationConfig& g) {
+  // The file's values and its do_sample rule are choose_sampling's (range-checked there); what the file leaves out
+  // keeps OpenAI's default, which differs from the engine's only in the temperature (1, not greedy).
+  const SamplingChoice c = choose_sampling({}, g);
   SamplingDefaults d;
-  if (g.temperature) d.temperature = *g.temperature;
-  if (g.do_sample == false) d.temperature = 0;  // as Hugging Face: greedy whatever the temperature says
-  if (g.top_p) d.top_p = *g.top_p;
-  if (g.top_k) d.top_k = *g.top_k;
-  if (g.min_p) d.min_p = *g.min_p;
-  if (g.repetition_penalty) d.repetition_penalty = *g.repetition_penalty;
+  if (c.temperature_source != "default") d.temperature = c.params.temperature;
+  d.top_p = c.params.top_p;
+  d.top_k = c.params.top_k;
+  d.min_p = c.params.min_p;
+  d.repetition_penalty = c.repetition_penalty;
   if (g.max_new_tokens) d.max_tokens = *g.max_new_tokens;
   return d;
 }
