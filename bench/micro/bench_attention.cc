@@ -1,7 +1,8 @@
 // Micro benchmark of the masked attention kernel: one layer of a Qwen3-0.6B-shaped model (16 query heads, 8 KV
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
 // machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
-// and as bf16 (row-major, head-major as the target's bf16 KV cache holds them, and in scattered pages of 16 rows).
+// and as bf16 (row-major, head-major, in scattered pages of 16 rows, and as the target's bf16 KV cache holds them:
+// K in tiles of 16 keys, V head-major; attention_tiled).
 //   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q]]
 // (default shape 16/8/128 over prefixes 128..4096 and 1, 8, 32 query rows; e.g. the shipped target's last chat turn:
 // bench_attention 2 warm 8 4 64 900 96)
@@ -86,7 +87,17 @@ int main(int argc, char** argv) {
             page[k_off + at] = k16_hm[(size_t(g) * n_kv + j) * hd + d];
             page[v_off + at] = v16_hm[(size_t(g) * n_kv + j) * hd + d];
           }
-      std::vector<double> times, times_hm, times_bf16, times_bf16_hm, times_paged;
+      // The bf16 KV cache's layout: K in tiles of 16 keys [kv_heads][tiles][hd][16], V head-major, one head stride.
+      const int64_t tiled_stride = int64_t((n_kv + 15) / 16) * 16 * hd;
+      std::vector<uint16_t> k16_tiled(size_t(kv_heads) * tiled_stride), v16_tiled(k16_tiled.size());
+      for (int j = 0; j < n_kv; ++j)
+        for (int g = 0; g < kv_heads; ++g)
+          for (int d = 0; d < hd; ++d) {
+            const uint16_t kb = k16_hm[(size_t(g) * n_kv + j) * hd + d], vb = v16_hm[(size_t(g) * n_kv + j) * hd + d];
+            k16_tiled[size_t(g) * tiled_stride + size_t(j / 16) * 16 * hd + size_t(d) * 16 + j % 16] = kb;
+            v16_tiled[size_t(g) * tiled_stride + size_t(j) * hd + d] = vb;
+          }
+      std::vector<double> times, times_hm, times_bf16, times_bf16_hm, times_paged, times_tiled;
       auto timed = [&](std::vector<double>& into, auto&& call) {
         if (cold)
           for (size_t i = 0; i < flush.size(); i += 64) flush[i] = char(flush[i] + 1);
@@ -111,6 +122,10 @@ int main(int argc, char** argv) {
           kernels::attention_paged(q.data(), pages.data(), kShift, k_off, v_off, page_head_stride, visible.data(),
                                    out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
         });
+        timed(times_tiled, [&] {
+          kernels::attention_tiled(q.data(), k16_tiled.data(), v16_tiled.data(), tiled_stride, visible.data(),
+                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
         timed(times_bf16_hm, [&] {
           kernels::attention_strided_bf16kv(q.data(), k16_hm.data(), v16_hm.data(), hd, int64_t(n_kv) * hd,
                                             visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
@@ -118,8 +133,9 @@ int main(int argc, char** argv) {
       }
       auto best = [](const std::vector<double>& t) { return *std::min_element(t.begin(), t.end()) * 1e3; };
       std::printf("prefix %5d  n_q %3d : f32 row-major %8.1f us, head-major %8.1f us; bf16 row-major %8.1f us, "
-                  "head-major %8.1f us, pages of 16 %8.1f us\n",
-                  prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm), best(times_paged));
+                  "head-major %8.1f us, pages of 16 %8.1f us, K tiles (the cache) %8.1f us\n",
+                  prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm), best(times_paged),
+                  best(times_tiled));
     }
   }
 }

@@ -74,6 +74,16 @@ void attention_paged(const float* q, const float* const* pages, int page_shift, 
 void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
+// attention_strided*() over a KV cache that stores K in tiles of 16 keys (keys in vector lanes, the layout the
+// kernels score from) and V in head-major rows. For KV head g, from k + g * kv_head_stride: key j's element d at
+// (j >> 4) * 16 * head_dim + d * 16 + (j & 15); from v + g * kv_head_stride: value row j at j * head_dim. K must be
+// readable up to n_kv rounded up to 16 keys (those lanes are computed and dropped). Every layout gives the same bits
+// on the same values: this one only skips the transposition of row-major keys.
+void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
@@ -142,6 +152,11 @@ void attention_paged(const float* q, const float* const* pages, int page_shift, 
 void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
+void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

@@ -20,13 +20,18 @@ KVCache::KVCache(int num_layers, int num_kv_heads, int head_dim, int max_tokens,
   elem_bytes_ = int(dtype_size(dtype));
 }
 
+namespace {
+constexpr int kTile = 16;  // keys per K tile
+inline int round_up_to_tile(int rows) { return (rows + kTile - 1) / kTile * kTile; }
+}  // namespace
+
 void KVCache::reserve_rows(int rows) {
   if (rows <= capacity_) return;
-  // Grow geometrically so appending token by token stays amortised O(1). Head-major: each head's rows move to
-  // their place in the bigger buffer.
-  const int new_capacity = std::min(max_tokens_, std::max(rows, std::max(64, capacity_ * 2)));
+  // Grow geometrically so appending token by token stays amortised O(1); whole K tiles. Head-major: each head's rows
+  // (K: its tiles) move to their place in the bigger buffer.
+  const int new_capacity = round_up_to_tile(std::min(max_tokens_, std::max(rows, std::max(64, capacity_ * 2))));
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_;  // one row of one head
-  const size_t kept = size_t(length_ + pending_) * head_bytes;  // [rows in use, head_dim] per head
+  const size_t kept = size_t(round_up_to_tile(length_ + pending_)) * head_bytes;  // [rows in use, hd] per head
   for (auto* layers : {&keys_, &values_})
     for (auto& buffer : *layers) {
       std::vector<uint8_t> grown(size_t(kv_heads_) * new_capacity * head_bytes);  // [kv_heads, new_capacity, hd]
@@ -46,22 +51,21 @@ void KVCache::begin_append(int n) {
   pending_ = n;
 }
 
-namespace {
-void store_row_elems(const float* src, size_t n, DType dtype, uint8_t* dst) {
-  if (dtype == DType::F32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  uint16_t* out = reinterpret_cast<uint16_t*>(dst);  // [n]
-  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+size_t KVCache::key_index(int g, int row, int d) const {
+  return (size_t(g) * capacity_ + size_t(row & ~(kTile - 1))) * head_dim_ + size_t(d) * kTile + (row & (kTile - 1));
 }
-void load_row_elems(const uint8_t* src, size_t n, DType dtype, float* dst) {
-  if (dtype == DType::F32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  const uint16_t* in = reinterpret_cast<const uint16_t*>(src);  // [n]
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(in[i]);
+
+namespace {
+// One element of a cache buffer of `dtype` (f32, or bf16 bits) at element index i.
+inline void store_elem(uint8_t* buffer, size_t i, DType dtype, float x) {
+  if (dtype == DType::F32)
+    reinterpret_cast<float*>(buffer)[i] = x;
+  else
+    reinterpret_cast<uint16_t*>(buffer)[i] = f32_to_bf16(x);
+}
+inline float load_elem(const uint8_t* buffer, size_t i, DType dtype) {
+  return dtype == DType::F32 ? reinterpret_cast<const float*>(buffer)[i]
+                             : bf16_to_f32(reinterpret_cast<const uint16_t*>(buffer)[i]);
 }
 }  // namespace
 
@@ -69,14 +73,19 @@ void KVCache::write_pending(int layer, int first, int n, const float* k, const f
   TS_CHECK(layer >= 0 && layer < num_layers(), "KV write: layer ", layer, " out of range");
   TS_CHECK(first >= 0 && n >= 0 && first + n <= pending_, "KV write: rows [", first, ", ", first + n,
            ") outside the ", pending_, " pending rows");
-  const size_t head_bytes = size_t(head_dim_) * elem_bytes_;
-  for (int r = 0; r < n; ++r)
+  uint8_t* keys = keys_[layer].data();
+  uint8_t* values = values_[layer].data();
+  for (int r = 0; r < n; ++r) {
+    const int row = length_ + first + r;
     for (int g = 0; g < kv_heads_; ++g) {
-      const size_t at = (size_t(g) * capacity_ + size_t(length_ + first + r)) * head_bytes;
       const size_t from = size_t(r) * kv_dim() + size_t(g) * head_dim_;  // in k, v: [n, kv_heads, head_dim]
-      store_row_elems(k + from, head_dim_, dtype_, keys_[layer].data() + at);
-      store_row_elems(v + from, head_dim_, dtype_, values_[layer].data() + at);
+      const size_t v_at = (size_t(g) * capacity_ + size_t(row)) * head_dim_;
+      for (int d = 0; d < head_dim_; ++d) {
+        store_elem(keys, key_index(g, row, d), dtype_, k[from + d]);
+        store_elem(values, v_at + d, dtype_, v[from + d]);
+      }
     }
+  }
 }
 
 KVRows KVCache::rows(int layer) const {
@@ -87,22 +96,44 @@ KVRows KVCache::rows(int layer) const {
 void KVCache::read_row(int layer, int row, float* k, float* v) const {
   TS_CHECK(layer >= 0 && layer < num_layers() && row >= 0 && row < length_ + pending_, "KV read: row ", row,
            " of layer ", layer, " out of range");
-  const size_t head_bytes = size_t(head_dim_) * elem_bytes_;
   for (int g = 0; g < kv_heads_; ++g) {
-    const size_t at = (size_t(g) * capacity_ + size_t(row)) * head_bytes;
-    load_row_elems(keys_[layer].data() + at, head_dim_, dtype_, k + size_t(g) * head_dim_);
-    load_row_elems(values_[layer].data() + at, head_dim_, dtype_, v + size_t(g) * head_dim_);
+    const size_t v_at = (size_t(g) * capacity_ + size_t(row)) * head_dim_;
+    for (int d = 0; d < head_dim_; ++d) {
+      k[size_t(g) * head_dim_ + d] = load_elem(keys_[layer].data(), key_index(g, row, d), dtype_);
+      v[size_t(g) * head_dim_ + d] = load_elem(values_[layer].data(), v_at + d, dtype_);
+    }
   }
+}
+
+// The block layout holds rows, not tiles: keys move element by element between the two (bits unchanged), values
+// as one run per head.
+template <typename T>
+void KVCache::keys_to_rows(int layer, int g, int first, int n, T* out) const {
+  const T* keys = reinterpret_cast<const T*>(keys_[layer].data());
+  for (int r = 0; r < n; ++r)
+    for (int d = 0; d < head_dim_; ++d) out[size_t(r) * head_dim_ + d] = keys[key_index(g, first + r, d)];
+}
+template <typename T>
+void KVCache::rows_to_keys(int layer, int g, int first, int n, const T* in) {
+  T* keys = reinterpret_cast<T*>(keys_[layer].data());
+  for (int r = 0; r < n; ++r)
+    for (int d = 0; d < head_dim_; ++d) keys[key_index(g, first + r, d)] = in[size_t(r) * head_dim_ + d];
 }
 
 void KVCache::export_rows(int first, int n, uint8_t* out) const {
   TS_CHECK(first >= 0 && n >= 0 && first + n <= length_, "KV export: rows [", first, ", ", first + n,
            ") outside the ", length_, " committed rows");
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;  // one head's rows
-  for (int l = 0; l < num_layers(); ++l)
-    for (const auto* layers : {&keys_, &values_})
-      for (int g = 0; g < kv_heads_; ++g, out += run)
-        std::memcpy(out, (*layers)[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
+  for (int l = 0; l < num_layers(); ++l) {
+    for (int g = 0; g < kv_heads_; ++g, out += run) {
+      if (dtype_ == DType::F32)
+        keys_to_rows(l, g, first, n, reinterpret_cast<float*>(out));
+      else
+        keys_to_rows(l, g, first, n, reinterpret_cast<uint16_t*>(out));
+    }
+    for (int g = 0; g < kv_heads_; ++g, out += run)
+      std::memcpy(out, values_[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
+  }
 }
 
 void KVCache::import_rows(int n, const uint8_t* in) {
@@ -111,21 +142,34 @@ void KVCache::import_rows(int n, const uint8_t* in) {
            " rows exceeds the cache's ", max_tokens_, " rows");
   reserve_rows(length_ + n);
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;
-  for (int l = 0; l < num_layers(); ++l)
-    for (auto* layers : {&keys_, &values_})
-      for (int g = 0; g < kv_heads_; ++g, in += run)
-        std::memcpy((*layers)[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);
+  for (int l = 0; l < num_layers(); ++l) {
+    for (int g = 0; g < kv_heads_; ++g, in += run) {
+      if (dtype_ == DType::F32)
+        rows_to_keys(l, g, length_, n, reinterpret_cast<const float*>(in));
+      else
+        rows_to_keys(l, g, length_, n, reinterpret_cast<const uint16_t*>(in));
+    }
+    for (int g = 0; g < kv_heads_; ++g, in += run)
+      std::memcpy(values_[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);
+  }
   length_ += n;
 }
 
 void KVCache::move_row(int src, int dst) {
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_;
-  for (auto* layers : {&keys_, &values_})
-    for (auto& buffer : *layers)
-      for (int g = 0; g < kv_heads_; ++g) {
-        uint8_t* head = buffer.data() + size_t(g) * capacity_ * head_bytes;  // [capacity, head_dim]
-        std::memmove(head + size_t(dst) * head_bytes, head + size_t(src) * head_bytes, head_bytes);
+  std::vector<uint8_t> key_row(head_bytes);  // [head_dim] of dtype
+  for (int l = 0; l < num_layers(); ++l)
+    for (int g = 0; g < kv_heads_; ++g) {
+      if (dtype_ == DType::F32) {
+        keys_to_rows(l, g, src, 1, reinterpret_cast<float*>(key_row.data()));
+        rows_to_keys(l, g, dst, 1, reinterpret_cast<const float*>(key_row.data()));
+      } else {
+        keys_to_rows(l, g, src, 1, reinterpret_cast<uint16_t*>(key_row.data()));
+        rows_to_keys(l, g, dst, 1, reinterpret_cast<const uint16_t*>(key_row.data()));
       }
+      uint8_t* head = values_[l].data() + size_t(g) * capacity_ * head_bytes;  // [capacity, head_dim]
+      std::memmove(head + size_t(dst) * head_bytes, head + size_t(src) * head_bytes, head_bytes);
+    }
 }
 
 void KVCache::commit(const std::vector<int32_t>& keep) {

@@ -18,16 +18,16 @@
 
 namespace ts {
 
-// One layer's rows as the attention kernel reads them (kernels::attention_strided*): head g's key row j starts at
-// k + g * head_stride + j * row_stride elements of dtype. The cache is head-major, [kv_heads, capacity, head_dim]:
-// row_stride = head_dim, head_stride = capacity * head_dim, so each head's rows are contiguous and attention
-// streams them (row-major rows of one head sat kv_dim elements apart, a new 4 KiB page every 1-4 keys).
+// One layer's rows as the attention kernel reads them (kernels::attention_tiled). Head-major, so each head's rows
+// are contiguous and attention streams them: values [kv_heads, capacity, head_dim]; keys in tiles of 16 rows,
+// [kv_heads, capacity / 16, head_dim, 16] (keys in vector lanes: the kernel scores 16 keys per FMA without
+// transposing them). capacity is a multiple of 16.
 struct KVRows {
-  const void* k = nullptr;  // [kv_heads, capacity, head_dim] of dtype
+  const void* k = nullptr;  // [kv_heads, capacity / 16, head_dim, 16] of dtype
   const void* v = nullptr;  // [kv_heads, capacity, head_dim] of dtype
   DType dtype = DType::F32;
-  int64_t row_stride = 0;   // elements between rows j and j + 1 of a head
-  int64_t head_stride = 0;  // elements between heads g and g + 1
+  int64_t row_stride = 0;   // elements between value rows j and j + 1 of a head (head_dim)
+  int64_t head_stride = 0;  // elements between heads g and g + 1, keys and values (capacity * head_dim)
 };
 
 class KVCache {
@@ -80,15 +80,22 @@ class KVCache {
   void reserve_rows(int rows);
   // Moves row src to row dst (every layer, head, keys and values).
   void move_row(int src, int dst);
+  // Element index of key row `row`, dimension d of head g in a layer's key buffer (its tile's lane).
+  size_t key_index(int g, int row, int d) const;
+  // Key rows [first, first + n) of head g of one layer, out of (into) their tiles.  out, in: [n, head_dim] of T
+  template <typename T>
+  void keys_to_rows(int layer, int g, int first, int n, T* out) const;
+  template <typename T>
+  void rows_to_keys(int layer, int g, int first, int n, const T* in);
   int kv_heads_ = 0;
   int head_dim_ = 0;
   int max_tokens_ = 0;
-  int capacity_ = 0;  // rows allocated per layer
+  int capacity_ = 0;  // rows allocated per layer, a multiple of 16
   int length_ = 0;
   int pending_ = 0;
   DType dtype_ = DType::F32;
   int elem_bytes_ = 4;
-  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][kv_heads, capacity, head_dim] of dtype
+  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][kv_heads, capacity / 16, head_dim, 16] of dtype
   std::vector<std::vector<uint8_t>> values_;  // [num_layers][kv_heads, capacity, head_dim] of dtype
 };
 

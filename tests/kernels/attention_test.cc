@@ -56,7 +56,7 @@ std::vector<int> random_tree(int nodes, std::mt19937& rng) {
 }
 
 // |fast - ref| bound per output element, for vectors of W lanes. With E = max over visible j of the score's error
-// (dot product: (hd/W + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
+// (dot product, one FMA chain over head_dim: (hd + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
 // the normaliser <= E + (n_vis/W + 4) u, and the weighted sum adds n_vis u relative to sum p|v|. So
 // |err_d| <= A_d (2E + (n_vis + n_vis/W + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j; doubled for slack.
 void expect_close_to_reference(const Problem& p, const std::vector<float>& fast) {
@@ -85,7 +85,7 @@ void expect_close_to_reference(const Problem& p, const std::vector<float>& fast)
       std::vector<double> A(hd, 0.0);
       for (int j = 0; j < p.n_kv; ++j) {
         if (!p.visible[size_t(i) * p.n_kv + j]) continue;
-        E = std::max(E, ((hd / W + 4) * abs_dot[j] + std::abs(s[j] - max_s) + 2) * kU32);
+        E = std::max(E, ((hd + 4) * abs_dot[j] + std::abs(s[j] - max_s) + 2) * kU32);
         const double pj = std::exp(s[j] - max_s);
         sum_p += pj;
         const float* v = &p.v[(size_t(j) * p.n_kv_heads + kvh) * hd];
@@ -297,6 +297,74 @@ TEST_P(Attention, PagedLayoutGivesSameBitsAsStrided) {
   const float* pages[] = {page.data()};
   EXPECT_THROW(attention_paged(bad.q.data(), pages, 31, 0, 0, 4 * 32, bad.visible.data(), out.data(), 1, 3, 2, 2, 32,
                                0.1f),
+               Error);
+}
+
+// K in tiles of 16 keys ([kv_heads][tiles][head_dim][16], the KV cache's layout) and V head-major, with NaN in the
+// lanes past the last key and in the spare capacity: the same bits as the head-major strided call on every variant
+// and in the references, for tree masks (dense tiles and the per-row path) and random masks, f32 and bf16.
+template <typename KvT>
+void expect_tiled_equals_strided(const Problem& p) {
+  auto to_kv = [](float x) {
+    if constexpr (std::is_same_v<KvT, float>) return x; else return f32_to_bf16(x);
+  };
+  const int kv_heads = p.n_kv_heads, hd = p.head_dim;
+  const int64_t head_stride = int64_t((p.n_kv + 15) / 16 + 1) * 16 * hd;  // a spare tile per head
+  std::vector<KvT> k_tiled(size_t(kv_heads) * head_stride, to_kv(NAN)), v_hm(k_tiled.size(), to_kv(NAN));
+  std::vector<KvT> k_rows(k_tiled.size(), to_kv(NAN));  // [kv_heads, head_stride / hd, hd] head-major
+  for (int j = 0; j < p.n_kv; ++j)
+    for (int g = 0; g < kv_heads; ++g)
+      for (int d = 0; d < hd; ++d) {
+        const size_t from = (size_t(j) * kv_heads + g) * hd + d;
+        k_tiled[size_t(g) * head_stride + size_t(j / 16) * 16 * hd + size_t(d) * 16 + j % 16] = to_kv(p.k[from]);
+        k_rows[size_t(g) * head_stride + size_t(j) * hd + d] = to_kv(p.k[from]);
+        v_hm[size_t(g) * head_stride + size_t(j) * hd + d] = to_kv(p.v[from]);
+      }
+  std::vector<float> strided(p.q.size()), tiled(p.q.size(), -1.0f), ref_strided(p.q.size()), ref_tiled(p.q.size());
+  auto strided_call = [&](auto fn, float* out) {
+    fn(p.q.data(), k_rows.data(), v_hm.data(), hd, head_stride, p.visible.data(), out, p.n_q, p.n_kv, p.n_heads,
+       kv_heads, hd, p.scale());
+  };
+  if constexpr (std::is_same_v<KvT, float>) {
+    strided_call(attention_strided, strided.data());
+    strided_call(ref::attention_strided, ref_strided.data());
+  } else {
+    strided_call(attention_strided_bf16kv, strided.data());
+    strided_call(ref::attention_strided_bf16kv, ref_strided.data());
+  }
+  attention_tiled(p.q.data(), k_tiled.data(), v_hm.data(), head_stride, p.visible.data(), tiled.data(), p.n_q, p.n_kv,
+                  p.n_heads, kv_heads, hd, p.scale());
+  ref::attention_tiled(p.q.data(), k_tiled.data(), v_hm.data(), head_stride, p.visible.data(), ref_tiled.data(),
+                       p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
+  EXPECT_EQ(bit_differences(tiled.data(), strided.data(), strided.size()), 0u);
+  EXPECT_EQ(bit_differences(ref_tiled.data(), ref_strided.data(), strided.size()), 0u);
+}
+
+TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {
+  std::mt19937 rng(29);
+  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
+  for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36}, Shape{16, 300, 16, 8, 128},
+                  Shape{1, 200, 8, 4, 64}, Shape{40, 131, 6, 2, 48}, Shape{3, 16, 3, 1, 8}}) {
+    for (bool tree : {false, true}) {
+      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
+      if (tree) {
+        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
+      } else {
+        for (int i = 0; i < s.n_q; ++i) {
+          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
+          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
+        }
+      }
+      SCOPED_TRACE(::testing::Message() << "n_q " << s.n_q << " n_kv " << s.n_kv << " tree " << tree);
+      expect_tiled_equals_strided<float>(p);
+      expect_tiled_equals_strided<uint16_t>(p);
+    }
+  }
+  Problem bad = make_problem(1, 17, 2, 2, 32, 1);
+  bad.visible.assign(17, 1);
+  std::vector<float> kv(size_t(2) * 16 * 32), out(bad.q.size());  // one tile per head: too small for 17 keys
+  EXPECT_THROW(attention_tiled(bad.q.data(), kv.data(), kv.data(), 16 * 32, bad.visible.data(), out.data(), 1, 17, 2,
+                               2, 32, 0.1f),
                Error);
 }
 

@@ -1,5 +1,5 @@
 // The KV cache's head-major layout: rows written as [n, kv_heads, head_dim] read back the same through read_row and
-// through rows()' strides (what attention reads), across capacity growth, tree commits, truncation and both
+// through rows() as kernels::attention_tiled addresses it (what attention reads: keys in tiles of 16), across capacity growth, tree commits, truncation and both
 // dtypes; bad requests throw and leave the cache usable.
 #include <gtest/gtest.h>
 
@@ -21,10 +21,12 @@ using Rows = std::vector<std::vector<std::vector<float>>>;
 
 float stored(float x, DType dtype) { return dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
 
-// Element d of head g of row j through rows(layer): what the attention kernel reads.
+// Element d of head g of row j through rows(layer), at ops.h's attention_tiled addresses: what attention reads.
 float strided(const KVCache& cache, int layer, bool value, int j, int g, int d) {
   const KVRows kv = cache.rows(layer);
-  const int64_t at = g * kv.head_stride + j * kv.row_stride + d;
+  EXPECT_EQ(kv.row_stride, kHeadDim);
+  EXPECT_EQ(kv.head_stride % (16 * kHeadDim), 0);  // whole tiles per head
+  const int64_t at = g * kv.head_stride + (value ? j * kv.row_stride + d : (j / 16) * 16 * kHeadDim + d * 16 + j % 16);
   const void* base = value ? kv.v : kv.k;
   if (kv.dtype == DType::F32) return static_cast<const float*>(base)[at];
   return bf16_to_f32(static_cast<const uint16_t*>(base)[at]);

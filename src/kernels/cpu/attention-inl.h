@@ -2,26 +2,26 @@
 // by attention_avx2.cc and attention_avx512.cc.
 //
 // Work is split into tasks of (KV head, block of up to 16 query rows: rows_per_task). Inside a task the keys are
-// walked in blocks of kKeyBlock: every (row, head) pair of the task uses the block while it sits in L1/L2 (key rows
-// are n_kv_heads * head_dim floats apart, 1-4 KiB, which a per-pair walk over a long context would re-stream from L3
-// per pair), the two heads of a row that share a KV head share each key load, and each pair's output stays in
-// registers across the block. The previous kernel (keys one at a time, dot operands queued as pointers, outputs
-// accumulated through memory) paid those overheads on every (row, head, key) (docs/results/optimization-notes.md,
-// "Attention: key blocks"). A key block that a row sees whole (all of the cached prefix, for every row of a tree) goes
-// to register tiles over the pairs of all such rows: each key or value vector is loaded and widened once for up to 4
-// pairs (score_tile, values_tile), not once per row, which makes multi-row calls faster and one row no slower
-// (docs/results/optimization-notes.md, "Attention: dense register tiles"). The rest of a row's keys (a tree's own
-// nodes) take the per-row path (score_keys, accumulate_values).
+// walked in blocks of kKeyBlock: every (row, head) pair of the task uses the block while it sits in L1/L2, and each
+// pair's output stays in registers across the block (docs/results/optimization-notes.md, "Attention: key blocks"). A
+// key block that a row sees whole (all of the cached prefix, for every row of a tree) goes to register tiles over the
+// pairs of all such rows: each key tile or value vector is loaded and widened once for up to 8 pairs (score_tile,
+// values_tile), not once per row (docs/results/optimization-notes.md, "Attention: dense register tiles"). A row that
+// sees only part of a block (a tree's own nodes) scores the whole block and keeps its visible keys, and sums values
+// over its visible keys alone (accumulate_values).
+// Scores keep keys in vector lanes: keys are read as tiles of 16 keys, [head_dim][16], one FMA per dimension for 16
+// keys and no horizontal sums (docs/benchmarks.md, "bench_qk_layouts": twice the rate of per-key dot products). The
+// KV cache stores K that way (attention_tiled); row-major keys are copied into tiles per block first.
 // For each (query row i, head h) pair:
 //   1. score_t = scale * dot(q, k_j) for its visible keys j ascending (t = 0, 1, ...); each dot is one FMA chain
-//      of kW lanes over head_dim and reduce_add4's fixed horizontal order
+//      over d = 0, 1, ..., head_dim - 1 in the key's own lane, so a key's score never depends on its neighbours
 //   2. p_t = exp(score_t - max), sum_p over t in kW-lane partial sums (grouping depends only on n_vis)
 //   3. out = (sum_t p_t v_j) * (1 / sum_p), each element accumulated with FMAs in ascending j
 // Which pairs share a task only changes the loop nesting, never a pair's arithmetic: a row of a tree batch equals
 // the same row computed alone, or with only its visible keys (tests/kernels/attention_test.cc checks the bits).
 // K/V rows are f32 or bf16 (KvT = float or uint16_t): bf16 elements are widened exactly to f32 on load, so the
-// arithmetic after the load is the same code in both. Rows are found through a row-address policy: one base and a
-// stride (a per-sequence cache, attention()) or a table of pages (attention_paged(): a block table whose pages can
+// arithmetic after the load is the same code in both. Value rows are found through a row-address policy: one base and
+// a stride (a per-sequence cache, attention()) or a table of pages (attention_paged(): a block table whose pages can
 // be shared between sequences); the paths are the same code, so equal rows give equal bits either way.
 #include <algorithm>
 #include <cmath>
@@ -118,43 +118,6 @@ constexpr int kKeyBlock = 64;
 // Output vectors held in registers per head while the keys of a block stream past (AVX-512: 64 dims).
 constexpr int kAccVectors = 4;
 
-// Scores of one or two heads (kTwo: qb used) of one row against n keys (row indices for k_rows): four keys at a
-// time, each dot one FMA chain of kW lanes over d followed by reduce_add4's fixed order. A key's score never
-// depends on which keys share its group of four (the tail repeats the last key and drops the copies).
-template <bool kTwo, bool kFull, typename Rows>
-TS_SIMD void score_keys(const float* qa, const float* qb, const int* keys, int n, const Rows& k_rows, int head_dim,
-                        float scale, float* sa, float* sb, bool prefetch_ahead) {
-  using KvT = typename Rows::Elem;
-  for (int t = 0; t < n; t += 4) {
-    if (prefetch_ahead)
-      for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + 4); ++u)
-        prefetch_row(k_rows(keys[u]), head_dim);
-    const KvT* k[4];
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) k[u] = k_rows(keys[std::min(t + u, n - 1)]);
-    V a0 = zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (int d = 0; d < head_dim; d += kW) {
-      const int64_t left = head_dim - d;
-      const V k0 = load_part<kFull>(k[0] + d, left), k1 = load_part<kFull>(k[1] + d, left),
-              k2 = load_part<kFull>(k[2] + d, left), k3 = load_part<kFull>(k[3] + d, left);
-      const V qad = load_part<kFull>(qa + d, left);
-      a0 = fma(qad, k0, a0), a1 = fma(qad, k1, a1), a2 = fma(qad, k2, a2), a3 = fma(qad, k3, a3);
-      if constexpr (kTwo) {
-        const V qbd = load_part<kFull>(qb + d, left);
-        b0 = fma(qbd, k0, b0), b1 = fma(qbd, k1, b1), b2 = fma(qbd, k2, b2), b3 = fma(qbd, k3, b3);
-      }
-    }
-    const int valid = std::min(4, n - t);
-    float r[4];
-    reduce_add4(a0, a1, a2, a3, r);
-    for (int u = 0; u < valid; ++u) sa[t + u] = r[u] * scale;
-    if constexpr (kTwo) {
-      reduce_add4(b0, b1, b2, b3, r);
-      for (int u = 0; u < valid; ++u) sb[t + u] = r[u] * scale;
-    }
-  }
-}
-
 // acc_a[0, head_dim) += sum_t pa[t] v_{keys[t]} (and acc_b with pb when kTwo), one FMA per key in ascending t
 // for every element; up to kAccVectors vectors per head in registers per pass over the keys.
 template <bool kTwo, int kVectors, bool kFull, typename Rows>
@@ -208,95 +171,77 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 }
 
 // Dense tiles for the rows that see a whole key block (every row of a task sees the whole cached prefix, so all
-// but the tree's last block): kQ (row, head) pairs x kK consecutive keys of the block per pass, each key vector
-// loaded (and widened) once for kQ queries. Per pair and key the arithmetic is score_keys' (one FMA chain over d,
-// reduce_add4's order for that key alone) and values_pass' (one FMA per key, ascending), so a row's bits do not
-// depend on whether it ran here or in the per-row path.
-// Tile shapes by the number of pairs kQ in the tile (a task's last tile may have fewer): keys per score pass,
-// value vectors per value pass (docs/results/optimization-notes.md, "Attention (avx512): 4 value vectors per pass"
-// and "Attention (avx2): 6 pairs per tile").
+// but the tree's last block). Scores keep keys in vector lanes: a key tile holds 16 keys of one head as
+// [head_dim][16] (KeyTiles below), and a pass takes kQ (row, head) pairs x kT tiles, one accumulator vector per
+// pair and tile part, q[x][d] broadcast, one FMA per d. Every score is one FMA chain over d = 0, 1, ... in its own
+// lane, with no horizontal sum, so it does not depend on the lanes beside it: a row's scores are the same bits in a
+// tile pass, in the per-row path, alone or in any batch, and on every vector width. Values take kQ pairs x kVectors
+// output vectors per pass, one FMA per key in ascending order (docs/results/optimization-notes.md, "Attention
+// (avx512): 4 value vectors per pass" and "Attention (avx2): 6 pairs per tile").
 #if TS_SIMD_WIDTH == 16
-constexpr int kScoreQueries = 4;  // x 4 keys: 16 accumulators + 4 keys of 32 zmm
+constexpr int kScoreQueries = 8;  // 8 pairs x 1 tile, 2-7 x 2 tiles, 1-2 x 4 tiles: 8-14 accumulators of 32 zmm
+constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 4 : q <= 7 ? 2 : 1; }
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
-constexpr int score_keys_per_pass(int) { return 4; }
 constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) was slower
 #else
-// 6 pairs per tile, not 3 (scores) and 4 (values): each key or value vector is widened once per 6 pairs, and 12
-// accumulators hide the FMA latency where 8 or 9 did not. One row is unchanged (2 pairs), and in a whole forward the
-// gain shows at long contexts only. The same on AVX-512 (6 x 4, 8 x 3) was no faster.
-constexpr int kScoreQueries = 6;  // 5-6 pairs x 2 keys: 12 accumulators + 2 keys + 1 query of 16 ymm
+// A tile is two ymm vectors: 6 pairs x 1 tile, 2-3 x 2, 1 x 4: at most 12 accumulators of 16 ymm.
+constexpr int kScoreQueries = 6;
+constexpr int score_tiles_per_pass(int q) { return q == 1 ? 4 : q <= 3 ? 2 : 1; }
+// 6 pairs per value tile, not 4: each value vector is widened once per 6 pairs, and 12 accumulators hide the FMA
+// latency where 8 did not. The same on AVX-512 (6 x 4, 8 x 3) was no faster.
 constexpr int kValueQueries = 6;  // 3-6 pairs x 2 vectors: 12 accumulators + 2 values + 1 weight
-constexpr int score_keys_per_pass(int q) { return q <= 2 ? 4 : q <= 4 ? 3 : 2; }  // 2 x 4 as 3 x 3; 4 x 3: 16 regs
 constexpr int value_vectors_per_pass(int q) { return q <= 2 ? 4 : 2; }
 #endif
+constexpr int kTileKeys = 16;                      // keys per key tile
+constexpr int kVectorsPerTile = kTileKeys / kW;    // 1 (AVX-512) or 2 (AVX2)
 
-// Scores of queries q[0, kQ) against keys [j0, j0 + n) of the block: s[x][t] = scale * dot(q[x], k_{j0 + t}).
-template <int kQ, bool kFull, typename Rows>
-TS_SIMD void score_tile(const float* const* q, float* const* s, int j0, int n, const Rows& k_rows, int head_dim,
-                        float scale, bool prefetch_ahead) {
-  using KvT = typename Rows::Elem;
-  constexpr int kK = score_keys_per_pass(kQ);
-  for (int t = 0; t < n; t += kK) {
-    if (prefetch_ahead)
-      for (int u = t + kPrefetchKeys; u < std::min(n, t + kPrefetchKeys + kK); ++u)
-        prefetch_row(k_rows(j0 + u), head_dim);
-    const KvT* k[kK];
-    if (t + kK <= n && k_rows.run(j0 + t) >= kK) {  // one look-up for keys in one run (page) of rows
-      const KvT* first = k_rows(j0 + t);
+TS_SIMD inline V load_tile_vector(const float* p) { return loadu(p); }
+TS_SIMD inline V load_tile_vector(const uint16_t* p) { return load_bf16(p); }
+
+// Scores of pairs q[0, kQ) against the kT key tiles at `tiles` (keys [tb, tb + 16 kT) of the head,
+// [kT][head_dim][16] of KvT): s[x][j - j0] = scale * (q[x] . k_j) for the keys j of the tiles inside [j0, j1).
+template <int kQ, int kT, typename KvT>
+TS_SIMD void score_tile(const float* const* q, float* const* s, const KvT* tiles, int tb, int j0, int j1,
+                        int head_dim, float scale) {
+  constexpr int kV = kT * kVectorsPerTile;
+  V acc[kQ][kV];
+#pragma GCC unroll 8
+  for (int x = 0; x < kQ; ++x)
 #pragma GCC unroll 4
-      for (int u = 0; u < kK; ++u) k[u] = first + size_t(u) * k_rows.stride;
-    } else {
+    for (int v = 0; v < kV; ++v) acc[x][v] = zero();
+  const size_t tile_elems = size_t(head_dim) * kTileKeys;
+  for (int d = 0; d < head_dim; ++d) {
+    V k[kV];
 #pragma GCC unroll 4
-      for (int u = 0; u < kK; ++u) k[u] = k_rows(j0 + std::min(t + u, n - 1));
-    }
-    V acc[kQ][4];
-#pragma GCC unroll 6
-    for (int x = 0; x < kQ; ++x)
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) acc[x][u] = zero();
-    for (int d = 0; d < head_dim; d += kW) {
-      const int64_t left = head_dim - d;
-      V kv[kK];
-#pragma GCC unroll 4
-      for (int u = 0; u < kK; ++u) kv[u] = load_part<kFull>(k[u] + d, left);
-#pragma GCC unroll 6
-      for (int x = 0; x < kQ; ++x) {
-        const V qd = load_part<kFull>(q[x] + d, left);
-#pragma GCC unroll 4
-        for (int u = 0; u < kK; ++u) acc[x][u] = fma(qd, kv[u], acc[x][u]);
-      }
-    }
-    const int valid = std::min(kK, n - t);
-#if TS_SIMD_WIDTH == 16
-    if constexpr (kQ == 4 && kK == 4) {  // a full tile: its 16 sums reduced side by side, reduce_add4's bits
-      float r[16];                       // [pair x][key u]
-      reduce_add16(&acc[0][0], r);
-#pragma GCC unroll 4
-      for (int x = 0; x < kQ; ++x) {
-        if (valid == kK) {
-#pragma GCC unroll 4
-          for (int u = 0; u < kK; ++u) s[x][t + u] = r[4 * x + u] * scale;
-        } else {
-          for (int u = 0; u < valid; ++u) s[x][t + u] = r[4 * x + u] * scale;
-        }
-      }
-      continue;
-    }
-#endif
-#pragma GCC unroll 6
+    for (int v = 0; v < kV; ++v)
+      k[v] = load_tile_vector(tiles + size_t(v / kVectorsPerTile) * tile_elems + size_t(d) * kTileKeys +
+                              (v % kVectorsPerTile) * kW);
+#pragma GCC unroll 8
     for (int x = 0; x < kQ; ++x) {
-      float r[4];
-      reduce_add4(acc[x][0], acc[x][1], acc[x][2], acc[x][3], r);  // output u reads only its own input
-      if (valid == kK) {  // a fixed count: the multiplies and stores are vectorised
+      const V qd = set1(q[x][d]);
 #pragma GCC unroll 4
-        for (int u = 0; u < kK; ++u) s[x][t + u] = r[u] * scale;
+      for (int v = 0; v < kV; ++v) acc[x][v] = fma(qd, k[v], acc[x][v]);
+    }
+  }
+  const V scale_v = set1(scale);
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) {
+    const int key0 = tb + v * kW;  // the key in lane 0 of vector v
+    const int lo = std::max(j0 - key0, 0), hi = std::min(j1 - key0, kW);
+    if (hi <= lo) continue;
+#pragma GCC unroll 8
+    for (int x = 0; x < kQ; ++x) {
+      const V r = mul(acc[x][v], scale_v);
+      if (lo == 0 && hi == kW) {
+        storeu(s[x] + (key0 - j0), r);
       } else {
-        for (int u = 0; u < valid; ++u) s[x][t + u] = r[u] * scale;
+        alignas(64) float lanes[kW];
+        storeu(lanes, r);
+        for (int u = lo; u < hi; ++u) s[x][key0 - j0 + u] = lanes[u];
       }
     }
   }
 }
-
 // acc[x][d0, d0 + width) += sum_t p[x][t] v_{j0 + t}, one FMA per key in ascending t for every element.
 template <int kQ, int kVectors, bool kFull, typename Rows>
 TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n, const Rows& v_rows, int d0, int width,
@@ -341,13 +286,21 @@ inline void with_count(int m, F&& f) {
   f(std::integral_constant<int, kMax>{});
 }
 
-// The dense pairs of one key block, kScoreQueries at a time (the last group smaller).
-template <bool kFull, typename Rows>
-TS_SIMD void score_dense(const float* const* q, float* const* s, int pairs, int j0, int n, const Rows& k_rows,
-                         int head_dim, float scale, bool prefetch) {
+// Scores of `pairs` pairs against keys [j0, j1) (one key block): s[x][j - j0]. tiles: the block's key tiles from
+// key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)][head_dim][16].
+template <typename KvT>
+TS_SIMD void score_block(const float* const* q, float* const* s, int pairs, int j0, int j1, const KvT* tiles,
+                         int head_dim, float scale) {
+  const int tb0 = j0 & ~(kTileKeys - 1), n_tiles = (j1 - tb0 + kTileKeys - 1) / kTileKeys;
+  const size_t tile_elems = size_t(head_dim) * kTileKeys;
   for (int x = 0; x < pairs; x += kScoreQueries) {
     with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
-      score_tile<decltype(m)::value, kFull>(q + x, s + x, j0, n, k_rows, head_dim, scale, prefetch && x == 0);
+      constexpr int kQ = decltype(m)::value, kT = score_tiles_per_pass(kQ);
+      int t = 0;
+      for (; t + kT <= n_tiles; t += kT)
+        score_tile<kQ, kT>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
+      for (; t < n_tiles; ++t)
+        score_tile<kQ, 1>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
     });
   }
 }
@@ -370,6 +323,36 @@ TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, i
   }
 }
 
+// Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as [n_tiles][head_dim][16].
+// KeyTiles: K stored in tiles (attention_tiled(), the KV cache), tile t of the head at base + t * 16 * head_dim, read
+// in place. TransposedKeys: row-major keys (attention(), attention_strided(), attention_paged()) copied into tiles in
+// the task's scratch, keys past n_kv as zeros. The tiles hold the same values either way, so every layout gives the
+// same bits.
+template <typename KvT>
+struct KeyTiles {
+  using Elem = KvT;
+  const KvT* base;  // [tiles][head_dim][16] of the head
+  const KvT* block(int tb0, int, int, int head_dim, std::vector<KvT>&) const { return base + size_t(tb0) * head_dim; }
+};
+template <typename Rows>
+struct TransposedKeys {
+  using Elem = typename Rows::Elem;
+  Rows rows;
+  const Elem* block(int tb0, int n_tiles, int n_kv, int head_dim, std::vector<Elem>& scratch) const {
+    scratch.resize(size_t(n_tiles) * kTileKeys * head_dim);  // [n_tiles][head_dim][16]
+    for (int t = 0; t < n_tiles; ++t) {
+      Elem* tile = scratch.data() + size_t(t) * kTileKeys * head_dim;  // [head_dim][16]
+      for (int u = 0; u < kTileKeys; ++u) {
+        const int j = tb0 + t * kTileKeys + u;
+        const Elem* row = j < n_kv ? rows(j) : nullptr;  // [head_dim]
+        for (int d = 0; d < head_dim; ++d) tile[size_t(d) * kTileKeys + u] = row ? row[d] : Elem(0);
+      }
+    }
+    return scratch.data();
+  }
+};
+
+template <typename KvT>
 struct TaskScratch {
   std::vector<int> cursor;    // [rows in block] first visible key of the current key block
   std::vector<float> acc;     // [rows in block, group, head_dim] weighted sums of values
@@ -379,6 +362,10 @@ struct TaskScratch {
   std::vector<const float*> dense_q;  // [dense pairs] query vectors of the block's dense (row, head) pairs
   std::vector<float*> dense_s;        // [dense pairs] their scores (then probabilities) at the block's first key
   std::vector<float*> dense_acc;      // [dense pairs] their value sums
+  std::vector<KvT> k_tiles;           // [tiles of the block, head_dim, 16] row-major keys transposed (TransposedKeys)
+  std::vector<float> row_scores;      // [group, kKeyBlock] the per-row path: one row's scores over a whole block
+  std::vector<const float*> row_q;    // [group] that row's query vectors
+  std::vector<float*> row_s;          // [group] its rows of row_scores
 };
 
 // Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used). Built
@@ -403,10 +390,10 @@ inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::ve
 
 // One task: KV head kvh, query rows [row0, row0 + rows). k_rows/v_rows: where head kvh's key/value rows start;
 // all_keys / all_n_vis: list_visible_keys' lists of every row of the call.
-template <typename Rows>
-TS_SIMD void attend_block(const float* q, const Rows& k_rows, const Rows& v_rows, const int* all_keys,
+template <typename Keys, typename Rows>
+TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_rows, const int* all_keys,
                           const int* all_n_vis, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, TaskScratch& s) {
+                          int n_kv_heads, int head_dim, float scale, TaskScratch<typename Rows::Elem>& s) {
   using KvT = typename Rows::Elem;
   const int group = n_heads / n_kv_heads;
   const int* n_vis = all_n_vis + row0;  // [rows]
@@ -426,9 +413,8 @@ TS_SIMD void attend_block(const float* q, const Rows& k_rows, const Rows& v_rows
     t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
     s.cursor[i] = t1;
   };
-  const bool prefetch = k_rows.prefetch(head_dim);
-  const bool whole_vectors = kWholeVectorPaths<KvT> && head_dim % kW == 0;  // the per-row path
-  const bool dense_whole = head_dim % kW == 0;                               // the dense tiles
+  const bool prefetch = v_rows.prefetch(head_dim);
+  const bool dense_whole = head_dim % kW == 0;  // the dense value tiles
   // Per key block: the rows that see all of it go to the dense tiles (their pairs listed in dense_q / dense_s /
   // dense_acc), the others to the per-row path over their visible keys.
   s.first.resize(rows);
@@ -465,44 +451,34 @@ TS_SIMD void attend_block(const float* q, const Rows& k_rows, const Rows& v_rows
     }
     shared = lo;
   }
-  auto block_end = [&](int j0) {
-    const int j1 = std::min(n_kv, j0 + kKeyBlock);
+  auto block_end = [&](int j0) {  // blocks end on tile bounds (64 keys, 4 tiles), or at `shared`
+    const int j1 = std::min(n_kv, (j0 & ~(kTileKeys - 1)) + kKeyBlock);
     return j0 < shared && shared < j1 ? shared : j1;
   };
-  // 1. Scores, key block by key block; the per-row path takes heads two at a time (they share the key loads).
+  // 1. Scores, key block by key block. A row that sees only part of the block (a tree's own nodes) scores the
+  // whole block for its heads, then keeps its visible keys: a key's score is the same bits either way.
   s.cursor.assign(rows, 0);
+  s.row_scores.resize(size_t(group) * kKeyBlock);
+  s.row_q.resize(group);
+  s.row_s.resize(group);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
     const int pairs = split_block(j0, j1, true);
-    if (pairs > 0) {
-      if (dense_whole)
-        score_dense<true>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_rows, head_dim, scale, prefetch);
-      else
-        score_dense<false>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1 - j0, k_rows, head_dim, scale, prefetch);
-    }
+    const int tb0 = j0 & ~(kTileKeys - 1);
+    const KvT* tiles = k_tiles.block(tb0, (j1 - tb0 + kTileKeys - 1) / kTileKeys, n_kv, head_dim, s.k_tiles);
+    if (pairs > 0) score_block(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
     for (int i = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
       if (t1 == t0 || t1 - t0 == j1 - j0) continue;  // nothing visible here, or the block went to the tiles
-      const int* keys = keys_of(i) + t0;
-      int g = 0;
-      for (; g + 2 <= group; g += 2) {
-        float* sa = scores_of(i, g) + t0;
-        float* sb = scores_of(i, g + 1) + t0;
-        if (whole_vectors)
-          score_keys<true, true>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_rows, head_dim, scale, sa, sb,
-                                 prefetch && pairs == 0 && i == 0 && g == 0);
-        else
-          score_keys<true, false>(q_of(i, g), q_of(i, g + 1), keys, t1 - t0, k_rows, head_dim, scale, sa, sb,
-                                  prefetch && pairs == 0 && i == 0 && g == 0);
+      for (int g = 0; g < group; ++g) {
+        s.row_q[g] = q_of(i, g);
+        s.row_s[g] = s.row_scores.data() + size_t(g) * kKeyBlock;  // [j1 - j0] scores of keys j0...
       }
-      if (g < group) {
-        float* sa = scores_of(i, g) + t0;
-        if (whole_vectors)
-          score_keys<false, true>(q_of(i, g), nullptr, keys, t1 - t0, k_rows, head_dim, scale, sa, nullptr,
-                                  prefetch && pairs == 0 && i == 0 && g == 0);
-        else
-          score_keys<false, false>(q_of(i, g), nullptr, keys, t1 - t0, k_rows, head_dim, scale, sa, nullptr,
-                                   prefetch && pairs == 0 && i == 0 && g == 0);
+      score_block(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+      const int* keys = keys_of(i);
+      for (int g = 0; g < group; ++g) {
+        float* row_scores = scores_of(i, g);
+        for (int t = t0; t < t1; ++t) row_scores[t] = s.row_s[g][keys[t] - j0];
       }
     }
   }
@@ -559,11 +535,11 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
   // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens of
   // microseconds), well past the few microseconds a hand-off costs.
   parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
-    thread_local TaskScratch scratch;
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
-    const auto [k_rows, v_rows] = rows_of(kvh);
-    attend_block(q, k_rows, v_rows, keys, n_vis, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
+    const auto [k_tiles, v_rows] = rows_of(kvh);
+    thread_local TaskScratch<typename std::decay_t<decltype(v_rows)>::Elem> scratch;
+    attend_block(q, k_tiles, v_rows, keys, n_vis, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
                  scratch);
   });
   return true;
@@ -575,7 +551,7 @@ bool attention_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_row_str
                   float scale) {
   auto rows_of = [&](int kvh) {
     const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
-    return std::pair{StridedRows<KvT>{k + head_offset, size_t(kv_row_stride)},
+    return std::pair{TransposedKeys<StridedRows<KvT>>{StridedRows<KvT>{k + head_offset, size_t(kv_row_stride)}},
                      StridedRows<KvT>{v + head_offset, size_t(kv_row_stride)}};
   };
   return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
@@ -587,8 +563,19 @@ bool attention_paged_kv(const float* q, const KvT* const* pages, int page_shift,
                         int n_kv_heads, int head_dim, float scale) {
   auto rows_of = [&](int kvh) {
     const size_t head_offset = size_t(kvh) * size_t(page_head_stride);
-    return std::pair{PagedRows<KvT>{pages, size_t(k_offset) + head_offset, page_shift, size_t(head_dim)},
-                     PagedRows<KvT>{pages, size_t(v_offset) + head_offset, page_shift, size_t(head_dim)}};
+    return std::pair{
+        TransposedKeys<PagedRows<KvT>>{PagedRows<KvT>{pages, size_t(k_offset) + head_offset, page_shift, size_t(head_dim)}},
+        PagedRows<KvT>{pages, size_t(v_offset) + head_offset, page_shift, size_t(head_dim)}};
+  };
+  return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
+template <typename KvT>
+bool attention_tiled_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride, const uint8_t* visible,
+                        float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  auto rows_of = [&](int kvh) {
+    const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
+    return std::pair{KeyTiles<KvT>{k + head_offset}, StridedRows<KvT>{v + head_offset, size_t(head_dim)}};
   };
   return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
@@ -621,6 +608,17 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                      int n_kv_heads, int head_dim, float scale) {
   return attention_paged_kv(q, pages, page_shift, k_offset, v_offset, page_head_stride, visible, out, n_q, n_kv,
                             n_heads, n_kv_heads, head_dim, scale);
+}
+
+// K in tiles of 16 keys, V in head-major rows (see ops.h, attention_tiled): f32, or bf16 bits.
+bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  return attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale) {
+  return attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

@@ -77,6 +77,8 @@ KernelTable scalar_entries(const QgemmTable* qgemm) {
   t.attention_bf16kv = scalar::attention;
   t.attention_paged = scalar::attention_paged;
   t.attention_paged_bf16kv = scalar::attention_paged;
+  t.attention_tiled = scalar::attention_tiled;
+  t.attention_tiled_bf16kv = scalar::attention_tiled;
   t.widen_row = scalar::widen_row;
   t.scaled_max = scalar::scaled_max;
   t.exp_normalize = scalar::exp_normalize;
@@ -108,6 +110,8 @@ KernelTable avx2_entries(const QgemmTable* qgemm) {
   t.attention_bf16kv = avx2::attention;
   t.attention_paged = avx2::attention_paged;
   t.attention_paged_bf16kv = avx2::attention_paged;
+  t.attention_tiled = avx2::attention_tiled;
+  t.attention_tiled_bf16kv = avx2::attention_tiled;
   t.widen_row = avx2::widen_row;
   t.scaled_max = avx2::scaled_max;
   t.exp_normalize = avx2::exp_normalize;
@@ -138,6 +142,8 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
   t.attention_bf16kv = avx512::attention;
   t.attention_paged = avx512::attention_paged;
   t.attention_paged_bf16kv = avx512::attention_paged;
+  t.attention_tiled = avx512::attention_tiled;
+  t.attention_tiled_bf16kv = avx512::attention_tiled;
   t.widen_row = avx512::widen_row;
   t.scaled_max = avx512::scaled_max;
   t.exp_normalize = avx512::exp_normalize;
@@ -213,7 +219,7 @@ const KernelTable& active_kernels() { return tables().isa[int(active_isa())]; }
 const QgemmTable& qgemm_table(QgemmKernel k) { return tables().qgemm[int(k)]; }
 
 // The lists below name every pointer of the structs; the sizes keep them from falling behind a new entry.
-static_assert(sizeof(KernelTable) == 24 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
+static_assert(sizeof(KernelTable) == 26 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
 static_assert(sizeof(QgemmTable) == 7 * sizeof(void*), "a new QgemmTable entry needs a line in null_entries");
 
 #define TS_NULL_ENTRY(field) \
@@ -230,6 +236,8 @@ std::vector<std::string> null_entries(const KernelTable& t) {
   TS_NULL_ENTRY(attention_bf16kv);
   TS_NULL_ENTRY(attention_paged);
   TS_NULL_ENTRY(attention_paged_bf16kv);
+  TS_NULL_ENTRY(attention_tiled);
+  TS_NULL_ENTRY(attention_tiled_bf16kv);
   TS_NULL_ENTRY(widen_row);
   TS_NULL_ENTRY(scaled_max);
   TS_NULL_ENTRY(exp_normalize);

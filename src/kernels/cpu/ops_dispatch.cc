@@ -141,6 +141,32 @@ void attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                 visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
+namespace {
+template <typename KvT, typename Kernel>
+void checked_tiled(Kernel kernel, const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride,
+                   const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                   float scale) {
+  TS_CHECK(kv_head_stride >= int64_t((n_kv + 15) / 16) * 16 * head_dim,
+           "attention_tiled: kv_head_stride ", kv_head_stride, " below ", n_kv, " keys rounded up to tiles of 16");
+  checked_attention(head_dim, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
+    return kernel(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+  });
+}
+}  // namespace
+
+void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  checked_tiled(active_kernels().attention_tiled, q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads,
+                n_kv_heads, head_dim, scale);
+}
+
+void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale) {
+  checked_tiled(active_kernels().attention_tiled_bf16kv, q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads,
+                n_kv_heads, head_dim, scale);
+}
+
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out) {
   TS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
            "embed_rows: table dtype must be F32, F16 or BF16, got ", dtype_name(dtype));

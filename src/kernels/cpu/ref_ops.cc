@@ -159,6 +159,33 @@ void attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                      n_kv_heads, head_dim, scale);
 }
 
+namespace {
+// The tiled keys gathered into head-major rows (values are head-major already), then the strided reference.
+template <typename KvT>
+void attention_tiled_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride, const uint8_t* visible,
+                        float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(n_kv > 0 && n_kv_heads > 0 && head_dim > 0, "attention_tiled: bad shape");
+  std::vector<KvT> rows(size_t(n_kv_heads) * kv_head_stride);  // [kv_heads, kv_head_stride]: keys as rows
+  for (int g = 0; g < n_kv_heads; ++g)
+    for (int j = 0; j < n_kv; ++j)
+      for (int d = 0; d < head_dim; ++d)
+        rows[size_t(g) * kv_head_stride + size_t(j) * head_dim + d] =
+            k[size_t(g) * kv_head_stride + size_t(j >> 4) * 16 * head_dim + size_t(d) * 16 + (j & 15)];
+  attention_kv(q, rows.data(), v, int64_t(head_dim), kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads,
+               head_dim, scale);
+}
+}  // namespace
+
+void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale) {
+  attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+}
+
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                        const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
                        int head_dim, float scale) {
