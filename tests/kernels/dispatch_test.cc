@@ -68,7 +68,7 @@ TEST_F(KernelTables, SetIsaSwitchesTheTableTheOpsRead) {
 }
 
 // Each width reaches its own builds: scalar, avx2 and avx512 share no kernel, and the bf16 variants are avx512
-// with only the bf16 GEMM replaced.
+// with the bf16 GEMM and the attention build (vdpbf16ps over bf16 K/V) replaced.
 TEST_F(KernelTables, EachVariantReachesItsOwnBuilds) {
   const std::vector<Isa> isas = supported_isas();
   for (size_t a = 0; a < isas.size(); ++a) {
@@ -78,8 +78,14 @@ TEST_F(KernelTables, EachVariantReachesItsOwnBuilds) {
       EXPECT_NE(x.linear_bf16, y.linear_bf16) << isa_name(isas[a]) << " vs " << isa_name(isas[b]);
       if (x.lanes == y.lanes) {  // avx512, avx512bf16, amx
         EXPECT_EQ(x.rmsnorm, y.rmsnorm);
-        EXPECT_EQ(x.attention, y.attention);
         EXPECT_EQ(x.linear_f32, y.linear_f32);
+        if ((isas[a] == Isa::Avx512) == (isas[b] == Isa::Avx512)) {  // avx512bf16 and amx share their attention
+          EXPECT_EQ(x.attention, y.attention);
+          EXPECT_EQ(x.attention_tiled_bf16kv, y.attention_tiled_bf16kv);
+        } else {
+          EXPECT_NE(x.attention_bf16kv, y.attention_bf16kv);
+          EXPECT_NE(x.attention_tiled_bf16kv, y.attention_tiled_bf16kv);
+        }
         EXPECT_EQ(x.exp_nonpositive_f64, y.exp_nonpositive_f64);
         continue;
       }
@@ -90,6 +96,8 @@ TEST_F(KernelTables, EachVariantReachesItsOwnBuilds) {
       EXPECT_NE(x.softmax, y.softmax);
       EXPECT_NE(x.attention, y.attention);
       EXPECT_NE(x.attention_bf16kv, y.attention_bf16kv);
+      EXPECT_NE(x.attention_tiled, y.attention_tiled);
+      EXPECT_NE(x.attention_tiled_bf16kv, y.attention_tiled_bf16kv);
       EXPECT_NE(x.widen_row, y.widen_row);
       EXPECT_NE(x.softmax_scaled, y.softmax_scaled);
       EXPECT_NE(x.linear_f32, y.linear_f32);

@@ -25,10 +25,13 @@
 // be shared between sequences); the paths are the same code, so equal rows give equal bits either way.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math-inl.h"
 
@@ -198,6 +201,30 @@ constexpr int kVectorsPerTile = kTileKeys / kW;    // 1 (AVX-512) or 2 (AVX2)
 TS_SIMD inline V load_tile_vector(const float* p) { return loadu(p); }
 TS_SIMD inline V load_tile_vector(const uint16_t* p) { return load_bf16(p); }
 
+// s[x][j - j0] = scale * acc[x][v] lane (j - tb) % kW of vector v, for the keys j of the kV vectors (keys tb, tb + 1,
+// ...) inside [j0, j1).
+template <int kQ, int kV>
+TS_SIMD inline void store_scores(const V (&acc)[kQ][kV], float* const* s, int tb, int j0, int j1, float scale) {
+  const V scale_v = set1(scale);
+#pragma GCC unroll 4
+  for (int v = 0; v < kV; ++v) {
+    const int key0 = tb + v * kW;  // the key in lane 0 of vector v
+    const int lo = std::max(j0 - key0, 0), hi = std::min(j1 - key0, kW);
+    if (hi <= lo) continue;
+#pragma GCC unroll 8
+    for (int x = 0; x < kQ; ++x) {
+      const V r = mul(acc[x][v], scale_v);
+      if (lo == 0 && hi == kW) {
+        storeu(s[x] + (key0 - j0), r);
+      } else {
+        alignas(64) float lanes[kW];
+        storeu(lanes, r);
+        for (int u = lo; u < hi; ++u) s[x][key0 - j0 + u] = lanes[u];
+      }
+    }
+  }
+}
+
 // Scores of pairs q[0, kQ) against the kT key tiles at `tiles` (keys [tb, tb + 16 kT) of the head,
 // [kT][head_dim][16] of KvT): s[x][j - j0] = scale * (q[x] . k_j) for the keys j of the tiles inside [j0, j1).
 template <int kQ, int kT, typename KvT>
@@ -223,25 +250,9 @@ TS_SIMD void score_tile(const float* const* q, float* const* s, const KvT* tiles
       for (int v = 0; v < kV; ++v) acc[x][v] = fma(qd, k[v], acc[x][v]);
     }
   }
-  const V scale_v = set1(scale);
-#pragma GCC unroll 4
-  for (int v = 0; v < kV; ++v) {
-    const int key0 = tb + v * kW;  // the key in lane 0 of vector v
-    const int lo = std::max(j0 - key0, 0), hi = std::min(j1 - key0, kW);
-    if (hi <= lo) continue;
-#pragma GCC unroll 8
-    for (int x = 0; x < kQ; ++x) {
-      const V r = mul(acc[x][v], scale_v);
-      if (lo == 0 && hi == kW) {
-        storeu(s[x] + (key0 - j0), r);
-      } else {
-        alignas(64) float lanes[kW];
-        storeu(lanes, r);
-        for (int u = lo; u < hi; ++u) s[x][key0 - j0 + u] = lanes[u];
-      }
-    }
-  }
+  store_scores<kQ, kV>(acc, s, tb, j0, j1, scale);
 }
+
 // acc[x][d0, d0 + width) += sum_t p[x][t] v_{j0 + t}, one FMA per key in ascending t for every element.
 template <int kQ, int kVectors, bool kFull, typename Rows>
 TS_SIMD void values_tile(const float* const* p, float* const* acc, int j0, int n, const Rows& v_rows, int d0, int width,
@@ -323,6 +334,13 @@ TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, i
   }
 }
 
+#ifdef TS_ATTENTION_BF16_DOT
+#include "kernels/cpu/attention_dot-inl.h"
+#else
+template <typename KvT>
+constexpr bool kDotProducts = false;  // only the avx512bf16 build has them
+#endif
+
 // Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as [n_tiles][head_dim][16].
 // KeyTiles: K stored in tiles (attention_tiled(), the KV cache), tile t of the head at base + t * 16 * head_dim, read
 // in place. TransposedKeys: row-major keys (attention(), attention_strided(), attention_paged()) copied into tiles in
@@ -366,6 +384,11 @@ struct TaskScratch {
   std::vector<float> row_scores;      // [group, kKeyBlock] the per-row path: one row's scores over a whole block
   std::vector<const float*> row_q;    // [group] that row's query vectors
   std::vector<float*> row_s;          // [group] its rows of row_scores
+  std::vector<uint8_t> dense_row;     // [rows in block] 1 where the row's pairs went to the dense tiles this block
+  // The bf16 dot products (attention_dot-inl.h) only:
+  std::vector<uint32_t> q2;               // [rows in block, group, head_dim / 2] queries as bf16 pairs
+  std::vector<const uint32_t*> dense_q2;  // [dense pairs] their rows of q2
+  std::vector<const uint32_t*> row_q2;    // [group] the per-row path's
 };
 
 // Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used). Built
@@ -407,33 +430,57 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // Visible keys of row i inside key block [j0, j1): [cursor, end) of its list; advances the cursor.
   // The list is ascending and the cursor at its first key >= the block's first: a binary search over at most
   // the block's length finds the end.
-  auto block_range = [&](int i, int j1, int& t0, int& t1) {
+  // A row that sees the whole block [j0, j1) has keys[t0 + j1 - j0 - 1] == j1 - 1 (its keys are ascending, distinct
+  // and >= j0): checked first, it skips the search's unpredictable branches for every dense row.
+  auto block_range = [&](int i, int j0, int j1, int& t0, int& t1) {
     t0 = s.cursor[i];
     const int* keys = keys_of(i);
-    t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
+    const int last = t0 + (j1 - j0) - 1;
+    if (last < n_vis[i] && keys[last] == j1 - 1)
+      t1 = last + 1;
+    else
+      t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
     s.cursor[i] = t1;
   };
   const bool prefetch = v_rows.prefetch(head_dim);
   const bool dense_whole = head_dim % kW == 0;  // the dense value tiles
+  // bf16 K/V on the avx512bf16 build: both products with vdpbf16ps (attention_dot-inl.h).
+  constexpr bool kDot = kDotProducts<KvT>;  // the dot-product paths exist (calls to them sit under `if constexpr`)
+  const bool dot = kDot && head_dim % kW == 0;
+  auto q2_of = [&](int i, int g) { return s.q2.data() + (size_t(i) * group + g) * (head_dim / 2); };
+  if constexpr (kDot) {
+    s.q2.resize(size_t(rows) * group * (head_dim / 2));
+    for (int i = 0; i < rows; ++i)
+      for (int g = 0; g < group; ++g) round_query_pairs(q_of(i, g), head_dim, q2_of(i, g));
+  }
   // Per key block: the rows that see all of it go to the dense tiles (their pairs listed in dense_q / dense_s /
   // dense_acc), the others to the per-row path over their visible keys.
   s.first.resize(rows);
   s.dense_q.resize(size_t(rows) * group);
   s.dense_s.resize(size_t(rows) * group);
   s.dense_acc.resize(size_t(rows) * group);
+  s.dense_q2.resize(size_t(rows) * group);
+  s.dense_row.resize(rows);
   auto split_block = [&](int j0, int j1, bool scores_phase) {
     int pairs = 0;
     for (int i = 0; i < rows; ++i) {
       int t0, t1;
-      block_range(i, j1, t0, t1);
+      block_range(i, j0, j1, t0, t1);
       s.first[i] = t0;
+      s.dense_row[i] = 0;
       if (t1 - t0 != j1 - j0) continue;  // partial: the per-row path takes [first, cursor)
+      // Key pairs follow the row's list: the dense value tiles pair keys (j0, j0 + 1), ..., so only from an even
+      // list index (blocks have even lengths but the last).
+      if (dot && !scores_phase && (t0 & 1) != 0) continue;
+      s.dense_row[i] = 1;
       for (int g = 0; g < group; ++g, ++pairs) {
         s.dense_s[pairs] = scores_of(i, g) + t0;
-        if (scores_phase)
+        if (scores_phase) {
           s.dense_q[pairs] = q_of(i, g);
-        else
+          if (dot) s.dense_q2[pairs] = q2_of(i, g);
+        } else {
           s.dense_acc[pairs] = acc_of(i, g);
+        }
       }
     }
     return pairs;
@@ -451,9 +498,12 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     }
     shared = lo;
   }
-  auto block_end = [&](int j0) {  // blocks end on tile bounds (64 keys, 4 tiles), or at `shared`
+  // Blocks end on tile bounds (64 keys, 4 tiles), or at `shared` rounded down to even (so that every block but the
+  // last has an even length, as the key pairs of the bf16 dot products need).
+  const int shared_even = shared & ~1;
+  auto block_end = [&](int j0) {
     const int j1 = std::min(n_kv, (j0 & ~(kTileKeys - 1)) + kKeyBlock);
-    return j0 < shared && shared < j1 ? shared : j1;
+    return j0 < shared_even && shared_even < j1 ? shared_even : j1;
   };
   // 1. Scores, key block by key block. A row that sees only part of the block (a tree's own nodes) scores the
   // whole block for its heads, then keeps its visible keys: a key's score is the same bits either way.
@@ -461,20 +511,32 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   s.row_scores.resize(size_t(group) * kKeyBlock);
   s.row_q.resize(group);
   s.row_s.resize(group);
+  s.row_q2.resize(group);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
     const int pairs = split_block(j0, j1, true);
     const int tb0 = j0 & ~(kTileKeys - 1);
     const KvT* tiles = k_tiles.block(tb0, (j1 - tb0 + kTileKeys - 1) / kTileKeys, n_kv, head_dim, s.k_tiles);
-    if (pairs > 0) score_block(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
+    if (pairs > 0) {
+      if (dot) {
+        if constexpr (kDot) score_block_dot(s.dense_q2.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
+      } else {
+        score_block(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
+      }
+    }
     for (int i = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
-      if (t1 == t0 || t1 - t0 == j1 - j0) continue;  // nothing visible here, or the block went to the tiles
+      if (t1 == t0 || s.dense_row[i]) continue;  // nothing visible here, or the block went to the tiles
       for (int g = 0; g < group; ++g) {
         s.row_q[g] = q_of(i, g);
         s.row_s[g] = s.row_scores.data() + size_t(g) * kKeyBlock;  // [j1 - j0] scores of keys j0...
+        if (dot) s.row_q2[g] = q2_of(i, g);
       }
-      score_block(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+      if (dot) {
+        if constexpr (kDot) score_block_dot(s.row_q2.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+      } else {
+        score_block(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+      }
       const int* keys = keys_of(i);
       for (int g = 0; g < group; ++g) {
         float* row_scores = scores_of(i, g);
@@ -485,22 +547,37 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // 2. Softmax numerators and normalisers.
   s.inv_sum.resize(size_t(rows) * group);
   for (int i = 0; i < rows; ++i)
-    for (int g = 0; g < group; ++g)
-      s.inv_sum[size_t(i) * group + g] = 1.0f / exp_shifted(scores_of(i, g), n_vis[i]);
+    for (int g = 0; g < group; ++g) {
+      float sum_p = 0;
+      if (dot) {
+        if constexpr (kDot) sum_p = exp_shifted_bf16(scores_of(i, g), n_vis[i]);
+      } else {
+        sum_p = exp_shifted(scores_of(i, g), n_vis[i]);
+      }
+      s.inv_sum[size_t(i) * group + g] = 1.0f / sum_p;
+    }
   // 3. Weighted sums of values, key block by key block again.
   s.cursor.assign(rows, 0);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
     const int pairs = split_block(j0, j1, false);
     if (pairs > 0) {
-      if (dense_whole)
+      if (dot) {
+        if constexpr (kDot) values_dense_dot(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim);
+      } else if (dense_whole)
         values_dense<true>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim, prefetch);
       else
         values_dense<false>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim, prefetch);
     }
     for (int i = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
-      if (t1 == t0 || t1 - t0 == j1 - j0) continue;  // nothing visible here, or the block went to the tiles
+      if (t1 == t0 || s.dense_row[i]) continue;  // nothing visible here, or the block went to the tiles
+      if (dot) {
+        if constexpr (kDot)
+          for (int g = 0; g < group; ++g)
+            accumulate_values_dot(scores_of(i, g), keys_of(i), t0, t1, n_vis[i], v_rows, head_dim, acc_of(i, g));
+        continue;
+      }
       const int* keys = keys_of(i) + t0;
       int g = 0;
       for (; g + 2 <= group; g += 2)

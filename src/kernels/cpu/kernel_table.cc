@@ -165,6 +165,14 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
     t.linear_bf16 = linear_bf16_bits<amx::gemm_bf16>;
     t.linear_bf16_backend = "packed-amx-tdpbf16";
   }
+  if (isa == Isa::Avx512Bf16 || isa == Isa::Amx) {  // vdpbf16ps for attention over bf16 K/V
+    t.attention = avx512bf16::attention;
+    t.attention_bf16kv = avx512bf16::attention;
+    t.attention_paged = avx512bf16::attention_paged;
+    t.attention_paged_bf16kv = avx512bf16::attention_paged;
+    t.attention_tiled = avx512bf16::attention_tiled;
+    t.attention_tiled_bf16kv = avx512bf16::attention_tiled;
+  }
   return t;
 }
 

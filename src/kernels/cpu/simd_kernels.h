@@ -49,6 +49,24 @@ namespace avx512bf16 {
 // x: [rows, in] f32 -> x_bits: [rows, k_padded] bf16 bits (zero padding column); 4-byte aligned.
 void convert_rows_to_bf16(const float* x, int rows, int in_features, uint16_t* x_bits);
 void gemm_bf16(const uint16_t* x_bits, const uint16_t* packed, float* y, int rows, int out_features, int in_features);
+// attention-inl.h built for avx512bf16 (attention_avx512bf16.cc): vdpbf16ps over bf16 K/V.
+bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
+               const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+               float scale);
+bool attention(const float* q, const uint16_t* k_bf16, const uint16_t* v_bf16, int64_t kv_row_stride,
+               int64_t kv_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+               int n_kv_heads, int head_dim, float scale);
+bool attention_paged(const float* q, const float* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+bool attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
+                     int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
+                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
+                     float scale);
 }  // namespace avx512bf16
 
 namespace amx {
