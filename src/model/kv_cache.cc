@@ -105,19 +105,41 @@ void KVCache::read_row(int layer, int row, float* k, float* v) const {
   }
 }
 
-// The block layout holds rows, not tiles: keys move element by element between the two (bits unchanged), values
-// as one run per head.
+// The block layout holds each head's keys as [head_dim][n] (rows in the last dimension): a tile's row d holds the
+// same rows' element d side by side, so keys move in runs of up to 16 elements (bits unchanged).
 template <typename T>
-void KVCache::keys_to_rows(int layer, int g, int first, int n, T* out) const {
+void KVCache::keys_out(int layer, int g, int first, int n, T* out) const {
   const T* keys = reinterpret_cast<const T*>(keys_[layer].data());
-  for (int r = 0; r < n; ++r)
-    for (int d = 0; d < head_dim_; ++d) out[size_t(r) * head_dim_ + d] = keys[key_index(g, first + r, d)];
+  for (int r = first; r < first + n;) {
+    const int lane = r & (kTile - 1), run = std::min(kTile - lane, first + n - r);
+    const T* tile = keys + key_index(g, r, 0);  // [head_dim][16] from lane `lane`
+    T* to = out + (r - first);
+    if (run == kTile && n == kTile)  // a whole tile is a block of 16 rows: [head_dim][16] both sides
+      std::memcpy(to, tile, size_t(kTile) * head_dim_ * sizeof(T));
+    else if (run == kTile)
+      for (int d = 0; d < head_dim_; ++d) std::memcpy(to + size_t(d) * n, tile + size_t(d) * kTile, kTile * sizeof(T));
+    else
+      for (int d = 0; d < head_dim_; ++d)
+        std::memcpy(to + size_t(d) * n, tile + size_t(d) * kTile, size_t(run) * sizeof(T));
+    r += run;
+  }
 }
 template <typename T>
-void KVCache::rows_to_keys(int layer, int g, int first, int n, const T* in) {
+void KVCache::keys_in(int layer, int g, int first, int n, const T* in) {
   T* keys = reinterpret_cast<T*>(keys_[layer].data());
-  for (int r = 0; r < n; ++r)
-    for (int d = 0; d < head_dim_; ++d) keys[key_index(g, first + r, d)] = in[size_t(r) * head_dim_ + d];
+  for (int r = first; r < first + n;) {
+    const int lane = r & (kTile - 1), run = std::min(kTile - lane, first + n - r);
+    T* tile = keys + key_index(g, r, 0);
+    const T* from = in + (r - first);
+    if (run == kTile && n == kTile)
+      std::memcpy(tile, from, size_t(kTile) * head_dim_ * sizeof(T));
+    else if (run == kTile)
+      for (int d = 0; d < head_dim_; ++d) std::memcpy(tile + size_t(d) * kTile, from + size_t(d) * n, kTile * sizeof(T));
+    else
+      for (int d = 0; d < head_dim_; ++d)
+        std::memcpy(tile + size_t(d) * kTile, from + size_t(d) * n, size_t(run) * sizeof(T));
+    r += run;
+  }
 }
 
 void KVCache::export_rows(int first, int n, uint8_t* out) const {
@@ -127,9 +149,9 @@ void KVCache::export_rows(int first, int n, uint8_t* out) const {
   for (int l = 0; l < num_layers(); ++l) {
     for (int g = 0; g < kv_heads_; ++g, out += run) {
       if (dtype_ == DType::F32)
-        keys_to_rows(l, g, first, n, reinterpret_cast<float*>(out));
+        keys_out(l, g, first, n, reinterpret_cast<float*>(out));
       else
-        keys_to_rows(l, g, first, n, reinterpret_cast<uint16_t*>(out));
+        keys_out(l, g, first, n, reinterpret_cast<uint16_t*>(out));
     }
     for (int g = 0; g < kv_heads_; ++g, out += run)
       std::memcpy(out, values_[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
@@ -145,9 +167,9 @@ void KVCache::import_rows(int n, const uint8_t* in) {
   for (int l = 0; l < num_layers(); ++l) {
     for (int g = 0; g < kv_heads_; ++g, in += run) {
       if (dtype_ == DType::F32)
-        rows_to_keys(l, g, length_, n, reinterpret_cast<const float*>(in));
+        keys_in(l, g, length_, n, reinterpret_cast<const float*>(in));
       else
-        rows_to_keys(l, g, length_, n, reinterpret_cast<const uint16_t*>(in));
+        keys_in(l, g, length_, n, reinterpret_cast<const uint16_t*>(in));
     }
     for (int g = 0; g < kv_heads_; ++g, in += run)
       std::memcpy(values_[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);
@@ -161,11 +183,11 @@ void KVCache::move_row(int src, int dst) {
   for (int l = 0; l < num_layers(); ++l)
     for (int g = 0; g < kv_heads_; ++g) {
       if (dtype_ == DType::F32) {
-        keys_to_rows(l, g, src, 1, reinterpret_cast<float*>(key_row.data()));
-        rows_to_keys(l, g, dst, 1, reinterpret_cast<const float*>(key_row.data()));
+        keys_out(l, g, src, 1, reinterpret_cast<float*>(key_row.data()));
+        keys_in(l, g, dst, 1, reinterpret_cast<const float*>(key_row.data()));
       } else {
-        keys_to_rows(l, g, src, 1, reinterpret_cast<uint16_t*>(key_row.data()));
-        rows_to_keys(l, g, dst, 1, reinterpret_cast<const uint16_t*>(key_row.data()));
+        keys_out(l, g, src, 1, reinterpret_cast<uint16_t*>(key_row.data()));
+        keys_in(l, g, dst, 1, reinterpret_cast<const uint16_t*>(key_row.data()));
       }
       uint8_t* head = values_[l].data() + size_t(g) * capacity_ * head_bytes;  // [capacity, head_dim]
       std::memmove(head + size_t(dst) * head_bytes, head + size_t(src) * head_bytes, head_bytes);

@@ -61,7 +61,8 @@ class KVCache {
   void read_row(int layer, int row, float* k, float* v) const;
 
   // Committed rows [first, first + n) of every layer as one byte run, bits unchanged (the prefix cache's block
-  // layout):  out: [num_layers, 2 (keys, values), kv_heads, n, head_dim] of dtype = n * bytes_per_row() bytes.
+  // layout): per layer, each head's keys [head_dim, n] (as the tiles hold them), then each head's values
+  // [n, head_dim]:  out: [num_layers, 2 (keys, values), kv_heads, n * head_dim] of dtype = n * bytes_per_row() bytes.
   void export_rows(int first, int n, uint8_t* out) const;
   // Allocates room for `rows` rows (committed + pending) at once, so a run of appends does not regrow the buffers.
   void reserve(int rows) { reserve_rows(std::min(rows, max_tokens_)); }
@@ -82,11 +83,11 @@ class KVCache {
   void move_row(int src, int dst);
   // Element index of key row `row`, dimension d of head g in a layer's key buffer (its tile's lane).
   size_t key_index(int g, int row, int d) const;
-  // Key rows [first, first + n) of head g of one layer, out of (into) their tiles.  out, in: [n, head_dim] of T
+  // Key rows [first, first + n) of head g of one layer, out of (into) their tiles.  out, in: [head_dim, n] of T
   template <typename T>
-  void keys_to_rows(int layer, int g, int first, int n, T* out) const;
+  void keys_out(int layer, int g, int first, int n, T* out) const;
   template <typename T>
-  void rows_to_keys(int layer, int g, int first, int n, const T* in);
+  void keys_in(int layer, int g, int first, int n, const T* in);
   int kv_heads_ = 0;
   int head_dim_ = 0;
   int max_tokens_ = 0;
