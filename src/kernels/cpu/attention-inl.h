@@ -181,15 +181,18 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 // tile pass, in the per-row path, alone or in any batch, and on every vector width. Values take kQ pairs x kVectors
 // output vectors per pass, one FMA per key in ascending order (docs/results/optimization-notes.md, "Attention
 // (avx512): 4 value vectors per pass" and "Attention (avx2): 6 pairs per tile").
+// One or two pairs (a decode row) read one tile at a time: the head's tiles are then one forward stream, which the
+// hardware prefetchers follow from DRAM; 2 or 4 tiles side by side (2 KiB apart, four short streams) made decode
+// attention over 900 cached keys 1.2-1.8x slower from DRAM on the Zen 4, though faster from cache.
 #if TS_SIMD_WIDTH == 16
-constexpr int kScoreQueries = 8;  // 8 pairs x 1 tile, 2-7 x 2 tiles, 1-2 x 4 tiles: 8-14 accumulators of 32 zmm
-constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 4 : q <= 7 ? 2 : 1; }
+constexpr int kScoreQueries = 8;  // 8 pairs x 1 tile, 3-7 x 2 tiles: 8-14 accumulators of 32 zmm
+constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 1 : q <= 7 ? 2 : 1; }
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
 constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) was slower
 #else
-// A tile is two ymm vectors: 6 pairs x 1 tile, 2-3 x 2, 1 x 4: at most 12 accumulators of 16 ymm.
+// A tile is two ymm vectors: 6 pairs x 1 tile, 3 x 2: at most 12 accumulators of 16 ymm.
 constexpr int kScoreQueries = 6;
-constexpr int score_tiles_per_pass(int q) { return q == 1 ? 4 : q <= 3 ? 2 : 1; }
+constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 1 : q <= 3 ? 2 : 1; }
 // 6 pairs per value tile, not 4: each value vector is widened once per 6 pairs, and 12 accumulators hide the FMA
 // latency where 8 did not. The same on AVX-512 (6 x 4, 8 x 3) was no faster.
 constexpr int kValueQueries = 6;  // 3-6 pairs x 2 vectors: 12 accumulators + 2 values + 1 weight
