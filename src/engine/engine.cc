@@ -276,6 +276,7 @@ int64_t Engine::prefix_cache_limit_rows(const Live* leaving) const {
 void Engine::admit_all(const std::vector<RequestId>& ids) {
   // Pin every hit, make room for the new reservations (pinned blocks stay), copy, unpin, make room again.
   const double t0 = now_ms();
+  double own_caches_ms = 0;  // allocating the requests' own caches: not the prefix cache's work
   std::vector<std::vector<const PrefixCache::Block*>> hits(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     Live& live = *live_.at(ids[i]);
@@ -287,7 +288,7 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
   for (size_t i = 0; i < ids.size(); ++i) {
     Live& live = *live_.at(ids[i]);
     try {
-      admit(live, hits[i]);
+      own_caches_ms += admit(live, hits[i]);
     } catch (const std::bad_alloc&) {
       fail(live, "out of memory allocating the KV cache");
     } catch (const std::exception& e) {
@@ -297,11 +298,12 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
   }
   if (prefix_cache_) {
     prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
-    metrics_.prefix_cache_ms_total += now_ms() - t0;
+    metrics_.prefix_cache_ms_total += now_ms() - t0 - own_caches_ms;
   }
 }
 
-void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit) {
+double Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit) {
+  const double t0 = now_ms();
   live.cache = target_.new_cache(live.reserve_rows);
   if (live.speculative) live.drafter_state = drafter_->new_state(live.context_rows);  // + block_size rows
   // Room for the whole prompt and the first decode rounds now: the caches otherwise grow by doubling, and each growth
@@ -310,11 +312,12 @@ void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit
   const int first_rows = int(live.request.prompt.size()) + kFirstDecodeRows;
   live.cache.reserve(first_rows);  // clamped to reserve_rows
   if (live.speculative) live.drafter_state.context.reserve(first_rows);
+  const double alloc_ms = now_ms() - t0;
   live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
   live.stats.queue_ms = now_ms() - live.t_add_ms;
   const int prompt = int(live.request.prompt.size());
   metrics_.prompt_tokens += prompt;
-  if (!prefix_cache_) return;
+  if (!prefix_cache_) return alloc_ms;
   metrics_.prefix_cache_queries += prompt;
   import_blocks(live, hit);
   const sched::SeqView* view = nullptr;
@@ -322,6 +325,7 @@ void Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit
     if (s.id == live.id) view = &s;
   TS_CHECK(view && view->prefilled == live.cache.length(), "prefix cache: request ", live.id, " planned from ",
            view ? view->prefilled : -1, " cached tokens, found ", live.cache.length());
+  return alloc_ms;
 }
 
 void Engine::store_prefix(Live& live) {

@@ -126,7 +126,8 @@ class Engine {
 
   // Admission of the plan's requests: each gets its caches, with the rows of its prefix-cache hit copied in.
   void admit_all(const std::vector<RequestId>& ids);
-  void admit(Live& live, const std::vector<const PrefixCache::Block*>& hit);
+  // Returns the milliseconds spent allocating the request's own caches (work the prefix cache does not add).
+  double admit(Live& live, const std::vector<const PrefixCache::Block*>& hit);
   // The prefix cache's part of the step: what each waiting request would find there (its SeqView's prefilled),
   // storing a request's whole blocks (after its prompt, and when it ends), and the row limit it keeps to.
   std::vector<const PrefixCache::Block*> cache_hit(const Live& live) const;
