@@ -34,13 +34,27 @@ void KVCache::reserve_rows(int rows) {
   const size_t kept = size_t(round_up_to_tile(length_ + pending_)) * head_bytes;  // [rows in use, hd] per head
   for (auto* layers : {&keys_, &values_})
     for (auto& buffer : *layers) {
-      std::vector<uint8_t> grown(size_t(kv_heads_) * new_capacity * head_bytes);  // [kv_heads, new_capacity, hd]
+      Buffer grown(size_t(kv_heads_) * new_capacity * head_bytes);  // [kv_heads, new_capacity, hd], not zeroed
       for (int g = 0; g < kv_heads_ && kept > 0; ++g)
         std::memcpy(&grown[size_t(g) * new_capacity * head_bytes], &buffer[size_t(g) * capacity_ * head_bytes],
                     kept);
       buffer.swap(grown);
     }
   capacity_ = new_capacity;
+  set_tiles_end_ = std::min(set_tiles_end_, round_up_to_tile(length_ + pending_));  // what was copied
+}
+
+void KVCache::clear_tile_tail(int end) {
+  const int tile_end = round_up_to_tile(end);
+  if (tile_end <= set_tiles_end_) return;
+  // Rows [set_tiles_end_, end) are the ones the caller writes next; lanes [end, tile_end) of the last tile are not.
+  if (end < tile_end) {
+    const size_t eb = size_t(elem_bytes_), lanes = size_t(tile_end - end);
+    for (auto& buffer : keys_)
+      for (int g = 0; g < kv_heads_; ++g)
+        for (int d = 0; d < head_dim_; ++d) std::memset(buffer.data() + key_index(g, end, d) * eb, 0, lanes * eb);
+  }
+  set_tiles_end_ = tile_end;
 }
 
 void KVCache::begin_append(int n) {
@@ -48,6 +62,7 @@ void KVCache::begin_append(int n) {
   TS_CHECK(length_ + n <= max_tokens_, "context too long: ", length_, " cached + ", n, " new tokens exceeds the ",
            max_tokens_, "-token context limit");
   reserve_rows(length_ + n);
+  clear_tile_tail(length_ + n);
   pending_ = n;
 }
 
@@ -163,6 +178,7 @@ void KVCache::import_rows(int n, const uint8_t* in) {
   TS_CHECK(n >= 0 && length_ + n <= max_tokens_, "KV import: ", length_, " cached + ", n,
            " rows exceeds the cache's ", max_tokens_, " rows");
   reserve_rows(length_ + n);
+  clear_tile_tail(length_ + n);
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;
   for (int l = 0; l < num_layers(); ++l) {
     for (int g = 0; g < kv_heads_; ++g, in += run) {

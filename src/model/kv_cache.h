@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -28,6 +29,27 @@ struct KVRows {
   DType dtype = DType::F32;
   int64_t row_stride = 0;   // elements between value rows j and j + 1 of a head (head_dim)
   int64_t head_stride = 0;  // elements between heads g and g + 1, keys and values (capacity * head_dim)
+};
+
+// Allocates without zeroing: a cache's rows are written before they are read, and leaving the bytes alone spares the
+// pages of rows a request never reaches (a new cache reserves its whole prompt and more at admission).
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: left as it is
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
 };
 
 class KVCache {
@@ -81,6 +103,10 @@ class KVCache {
   void reserve_rows(int rows);
   // Moves row src to row dst (every layer, head, keys and values).
   void move_row(int src, int dst);
+  // Before rows up to `end` are written: sets the key lanes of rows [end, end rounded up to 16) in every layer and
+  // head to zero, once per tile. Attention reads whole tiles (lanes past the last row are computed and dropped), so
+  // no lane it reads is left unset although buffers are not zeroed.
+  void clear_tile_tail(int end);
   // Element index of key row `row`, dimension d of head g in a layer's key buffer (its tile's lane).
   size_t key_index(int g, int row, int d) const;
   // Key rows [first, first + n) of head g of one layer, out of (into) their tiles.  out, in: [head_dim, n] of T
@@ -92,12 +118,14 @@ class KVCache {
   int head_dim_ = 0;
   int max_tokens_ = 0;
   int capacity_ = 0;  // rows allocated per layer, a multiple of 16
+  int set_tiles_end_ = 0;  // key tiles [0, set_tiles_end_ / 16) hold no unset lane; a multiple of 16
   int length_ = 0;
   int pending_ = 0;
   DType dtype_ = DType::F32;
   int elem_bytes_ = 4;
-  std::vector<std::vector<uint8_t>> keys_;    // [num_layers][kv_heads, capacity / 16, head_dim, 16] of dtype
-  std::vector<std::vector<uint8_t>> values_;  // [num_layers][kv_heads, capacity, head_dim] of dtype
+  using Buffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+  std::vector<Buffer> keys_;    // [num_layers][kv_heads, capacity / 16, head_dim, 16] of dtype
+  std::vector<Buffer> values_;  // [num_layers][kv_heads, capacity, head_dim] of dtype
 };
 
 }  // namespace ts
