@@ -138,6 +138,29 @@ TEST_P(KVCacheLayout, ExportedRowsImportBitExactAfterExistingRows) {
   EXPECT_EQ(small.length(), 16);
 }
 
+// Buffers are not zeroed when allocated, and attention reads whole key tiles: the lanes past the last row of a tile
+// must be set all the same. Heap blocks of the buffers' size are filled with NaN bits and freed first, so the cache's
+// allocations (which the heap hands back in reverse order) start out as garbage, not as fresh zero pages.
+TEST_P(KVCacheLayout, KeyLanesPastTheLastRowAreZero) {
+  const int rows_64 = 64;  // the first allocation's rows
+  const size_t buffer_bytes = size_t(kHeads) * rows_64 * kHeadDim * dtype_size(GetParam());
+  {
+    std::vector<std::vector<uint8_t>> garbage;
+    for (int i = 0; i < 2 * kLayers; ++i) garbage.emplace_back(buffer_bytes, uint8_t(0xff));
+  }
+  std::mt19937 rng(8);
+  KVCache cache(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  for (int rows : {5, 16, 21, 40, 77}) {  // within a tile, on a bound, and across a growth to 128 rows
+    append(cache, rows - cache.length(), rng);
+    cache.commit_all();
+    for (int l = 0; l < kLayers; ++l)
+      for (int j = rows; j < (rows + 15) / 16 * 16; ++j)
+        for (int g = 0; g < kHeads; ++g)
+          for (int d = 0; d < kHeadDim; ++d)
+            ASSERT_EQ(strided(cache, l, false, j, g, d), 0.0f) << "rows " << rows << " lane " << j << " layer " << l;
+  }
+}
+
 TEST_P(KVCacheLayout, BadRequestsThrowAndLoseNothing) {
   std::mt19937 rng(6);
   KVCache cache(kLayers, kHeads, kHeadDim, kMax, GetParam());
