@@ -388,6 +388,7 @@ struct TaskScratch {
   std::vector<const float*> row_q;    // [group] that row's query vectors
   std::vector<float*> row_s;          // [group] its rows of row_scores
   std::vector<uint8_t> dense_row;     // [rows in block] 1 where the row's pairs went to the dense tiles this block
+  std::vector<int> prefix_run;        // [rows in block] keys [0, prefix_run) are all visible to the row
   // The bf16 dot products (attention_dot-inl.h) only:
   std::vector<uint32_t> q2;               // [rows in block, group, head_dim / 2] queries as bf16 pairs
   std::vector<const uint32_t*> dense_q2;  // [dense pairs] their rows of q2
@@ -433,13 +434,16 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // Visible keys of row i inside key block [j0, j1): [cursor, end) of its list; advances the cursor.
   // The list is ascending and the cursor at its first key >= the block's first: a binary search over at most
   // the block's length finds the end.
-  // A row that sees the whole block [j0, j1) has keys[t0 + j1 - j0 - 1] == j1 - 1 (its keys are ascending, distinct
-  // and >= j0): checked first, it skips the search's unpredictable branches for every dense row.
+  // Keys [0, prefix_run[i]) are all visible to row i, so there the list index is the key and no list is read.
+  // Elsewhere a row that sees the whole block [j0, j1) has keys[t0 + j1 - j0 - 1] == j1 - 1 (its keys are
+  // ascending, distinct and >= j0): checked first, it skips the search's unpredictable branches.
   auto block_range = [&](int i, int j0, int j1, int& t0, int& t1) {
     t0 = s.cursor[i];
     const int* keys = keys_of(i);
     const int last = t0 + (j1 - j0) - 1;
-    if (last < n_vis[i] && keys[last] == j1 - 1)
+    if (j1 <= s.prefix_run[i])
+      t1 = j1;
+    else if (last < n_vis[i] && keys[last] == j1 - 1)
       t1 = last + 1;
     else
       t1 = int(std::lower_bound(keys + t0, keys + std::min(n_vis[i], t0 + kKeyBlock), j1) - keys);
@@ -492,14 +496,16 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // the prefix's last keys go to the dense tiles too, not to the per-row path with the tree's nodes. Block bounds
   // only change the loop nesting, never a pair's arithmetic.
   int shared = n_kv;
+  s.prefix_run.resize(rows);
   for (int i = 0; i < rows; ++i) {  // keys[t] >= t, so keys[t] == t holds for t below the row's first hidden key
     const int* keys = keys_of(i);
-    int lo = 0, hi = std::min(n_vis[i], shared);
+    int lo = 0, hi = n_vis[i];
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
       if (keys[mid] == mid) lo = mid + 1; else hi = mid;
     }
-    shared = lo;
+    s.prefix_run[i] = lo;
+    shared = std::min(shared, lo);
   }
   // Blocks end on tile bounds (64 keys, 4 tiles), or at `shared` rounded down to even (so that every block but the
   // last has an even length, as the key pairs of the bf16 dot products need).
