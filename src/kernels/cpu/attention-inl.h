@@ -404,8 +404,12 @@ inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::ve
   for (int i = 0; i < n_q; ++i) {
     const uint8_t* row_mask = visible + size_t(i) * n_kv;  // [n_kv]
     int* row_keys = keys.data() + size_t(i) * n_kv;
-    int n = 0;
-    for (int j = 0; j < n_kv; ++j) {
+    // A row usually sees a long run of keys from 0 (the cached prefix): found with memchr, listed without tests.
+    const void* first_hidden = std::memchr(row_mask, 0, size_t(n_kv));
+    const int run = first_hidden ? int(static_cast<const uint8_t*>(first_hidden) - row_mask) : n_kv;
+    for (int j = 0; j < run; ++j) row_keys[j] = j;
+    int n = run;
+    for (int j = run; j < n_kv; ++j) {
       row_keys[n] = j;
       n += row_mask[j] != 0;
     }
