@@ -300,10 +300,20 @@ inline void with_count(int m, F&& f) {
   f(std::integral_constant<int, kMax>{});
 }
 
-// Scores of `pairs` pairs against keys [j0, j1) (one key block): s[x][j - j0]. tiles: the block's key tiles from
-// key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)][head_dim][16].
-template <typename KvT>
-TS_SIMD void score_block(const float* const* q, float* const* s, int pairs, int j0, int j1, const KvT* tiles,
+// score_tile as score_block's policy (the bf16 dot products have another: DotScores, attention_dot-inl.h).
+struct FmaScores {
+  template <int kQ, int kT, typename KvT>
+  TS_SIMD static void tile(const float* const* q, float* const* s, const KvT* tiles, int tb, int j0, int j1,
+                           int head_dim, float scale) {
+    score_tile<kQ, kT>(q, s, tiles, tb, j0, j1, head_dim, scale);
+  }
+};
+
+// Scores of `pairs` pairs against keys [j0, j1) (one key block): s[x][j - j0]. q: the pairs' queries as the policy
+// takes them; tiles: the block's key tiles from key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)][head_dim]
+// [16].
+template <typename Scores, typename QueryT, typename KvT>
+TS_SIMD void score_block(const QueryT* const* q, float* const* s, int pairs, int j0, int j1, const KvT* tiles,
                          int head_dim, float scale) {
   const int tb0 = j0 & ~(kTileKeys - 1), n_tiles = (j1 - tb0 + kTileKeys - 1) / kTileKeys;
   const size_t tile_elems = size_t(head_dim) * kTileKeys;
@@ -312,9 +322,11 @@ TS_SIMD void score_block(const float* const* q, float* const* s, int pairs, int 
       constexpr int kQ = decltype(m)::value, kT = score_tiles_per_pass(kQ);
       int t = 0;
       for (; t + kT <= n_tiles; t += kT)
-        score_tile<kQ, kT>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
+        Scores::template tile<kQ, kT>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim,
+                                      scale);
       for (; t < n_tiles; ++t)
-        score_tile<kQ, 1>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
+        Scores::template tile<kQ, 1>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim,
+                                     scale);
     });
   }
 }
@@ -342,6 +354,7 @@ TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, i
 #else
 template <typename KvT>
 constexpr bool kDotProducts = false;  // only the avx512bf16 build has them
+struct DotScores;                     // named by the calls under `if constexpr (kDot)`, never instantiated here
 #endif
 
 // Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as [n_tiles][head_dim][16].
@@ -532,9 +545,10 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     const KvT* tiles = k_tiles.block(tb0, (j1 - tb0 + kTileKeys - 1) / kTileKeys, n_kv, head_dim, s.k_tiles);
     if (pairs > 0) {
       if (dot) {
-        if constexpr (kDot) score_block_dot(s.dense_q2.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
+        if constexpr (kDot)
+          score_block<DotScores>(s.dense_q2.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
       } else {
-        score_block(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
+        score_block<FmaScores>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
       }
     }
     for (int i = 0; i < rows; ++i) {
@@ -546,9 +560,10 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
         if (dot) s.row_q2[g] = q2_of(i, g);
       }
       if (dot) {
-        if constexpr (kDot) score_block_dot(s.row_q2.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+        if constexpr (kDot)
+          score_block<DotScores>(s.row_q2.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
       } else {
-        score_block(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
+        score_block<FmaScores>(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
       }
       const int* keys = keys_of(i);
       for (int g = 0; g < group; ++g) {

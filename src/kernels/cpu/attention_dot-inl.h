@@ -97,22 +97,14 @@ TS_SIMD void score_tile_dot(const uint32_t* const* q2, float* const* s, const ui
   store_scores<kQ, kT>(acc, s, tb, j0, j1, scale);
 }
 
-template <typename KvT>
-TS_SIMD void score_block_dot(const uint32_t* const* q2, float* const* s, int pairs, int j0, int j1, const KvT* tiles,
-                             int head_dim, float scale) {
-  const int tb0 = j0 & ~(kTileKeys - 1), n_tiles = (j1 - tb0 + kTileKeys - 1) / kTileKeys;
-  const size_t tile_elems = size_t(head_dim) * kTileKeys;
-  for (int x = 0; x < pairs; x += kScoreQueries) {
-    with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
-      constexpr int kQ = decltype(m)::value, kT = score_tiles_per_pass(kQ);
-      int t = 0;
-      for (; t + kT <= n_tiles; t += kT)
-        score_tile_dot<kQ, kT>(q2 + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
-      for (; t < n_tiles; ++t)
-        score_tile_dot<kQ, 1>(q2 + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
-    });
+// score_tile_dot as score_block's policy: q as round_query_pairs' bf16 pairs.
+struct DotScores {
+  template <int kQ, int kT>
+  TS_SIMD static void tile(const uint32_t* const* q2, float* const* s, const uint16_t* tiles, int tb, int j0, int j1,
+                           int head_dim, float scale) {
+    score_tile_dot<kQ, kT>(q2, s, tiles, tb, j0, j1, head_dim, scale);
   }
-}
+};
 
 // Dense values with key pairs: acc[x][d0, d0 + 16 kVectors) += sum over pairs (t, t + 1), t = 0, 2, ... < n, of
 // p[x][t] v_{j0 + t} + p[x][t + 1] v_{j0 + t + 1} (an odd n ends with (p, 0), the last row paired with itself).
