@@ -48,14 +48,20 @@ inline int rows_per_task(int n_q, int n_kv_heads) {
   return big_tasks >= pool_threads() ? kRowsPerTask : kRowsPerSmallTask;
 }
 
-// In place: scores -> exp(scores - max); returns their sum.
-TS_SIMD float exp_shifted(float* scores, int n) {
+// The softmax numerators as they are (Round for exp_shifted; the bf16 dot products round them: attention_dot-inl.h).
+struct KeepF32 {
+  TS_SIMD V operator()(V e) const { return e; }
+};
+
+// In place: scores -> round(exp(scores - max)); returns their sum.
+template <typename Round = KeepF32>
+TS_SIMD float exp_shifted(float* scores, int n, Round round = {}) {
   V max_v = set1(-INFINITY);
   for (int t = 0; t < n; t += kW) max_v = max(max_v, select(tail(n - t), load_n(scores + t, n - t), max_v));
   const V max_b = set1(reduce_max(max_v));
   V sum = zero();
   for (int t = 0; t < n; t += kW) {
-    const V e = select(tail(n - t), exp_approx(sub(load_n(scores + t, n - t), max_b)), zero());
+    const V e = select(tail(n - t), round(exp_approx(sub(load_n(scores + t, n - t), max_b))), zero());
     store_n(scores + t, e, n - t);
     sum = add(sum, e);
   }
@@ -355,6 +361,7 @@ TS_SIMD void values_dense(const float* const* p, float* const* acc, int pairs, i
 template <typename KvT>
 constexpr bool kDotProducts = false;  // only the avx512bf16 build has them
 struct DotScores;                     // named by the calls under `if constexpr (kDot)`, never instantiated here
+struct RoundToBf16;
 #endif
 
 // Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as [n_tiles][head_dim][16].
@@ -470,6 +477,7 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   const bool dense_whole = head_dim % kW == 0;  // the dense value tiles
   // bf16 K/V on the avx512bf16 build: both products with vdpbf16ps (attention_dot-inl.h).
   constexpr bool kDot = kDotProducts<KvT>;  // the dot-product paths exist (calls to them sit under `if constexpr`)
+  using DotRounding = std::conditional_t<kDot, RoundToBf16, KeepF32>;
   const bool dot = kDot && head_dim % kW == 0;
   auto q2_of = [&](int i, int g) { return s.q2.data() + (size_t(i) * group + g) * (head_dim / 2); };
   if constexpr (kDot) {
@@ -578,7 +586,7 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     for (int g = 0; g < group; ++g) {
       float sum_p = 0;
       if (dot) {
-        if constexpr (kDot) sum_p = exp_shifted_bf16(scores_of(i, g), n_vis[i]);
+        if constexpr (kDot) sum_p = exp_shifted(scores_of(i, g), n_vis[i], DotRounding{});
       } else {
         sum_p = exp_shifted(scores_of(i, g), n_vis[i]);
       }

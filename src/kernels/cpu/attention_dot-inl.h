@@ -42,19 +42,10 @@ TS_SIMD inline V round_bf16_hw(V v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-// In place: scores -> bf16(exp(scores - max)); returns their sum (kW-lane partial sums, as exp_shifted).
-TS_SIMD float exp_shifted_bf16(float* scores, int n) {
-  V max_v = set1(-INFINITY);
-  for (int t = 0; t < n; t += kW) max_v = max(max_v, select(tail(n - t), load_n(scores + t, n - t), max_v));
-  const V max_b = set1(reduce_max(max_v));
-  V sum = zero();
-  for (int t = 0; t < n; t += kW) {
-    const V e = select(tail(n - t), round_bf16_hw(exp_approx(sub(load_n(scores + t, n - t), max_b))), zero());
-    store_n(scores + t, e, n - t);
-    sum = add(sum, e);
-  }
-  return reduce_add(sum);
-}
+// exp_shifted's rounding for the dot products: numerators rounded to bf16, and their sum the normaliser.
+struct RoundToBf16 {
+  TS_SIMD V operator()(V e) const { return round_bf16_hw(e); }
+};
 
 // 16-bit lane indices: out[2i] = a[i], out[2i + 1] = b[i] (b's lanes numbered from 32), i < 16.
 TS_SIMD inline __m512i pair_interleave_index() {
