@@ -193,18 +193,26 @@ void KVCache::import_rows(int n, const uint8_t* in) {
   length_ += n;
 }
 
+namespace {
+// Lane src_lane of a key tile's rows to lane dst_lane of another's (or the same one's).  tiles: [head_dim][16]
+template <typename T>
+void move_key_lane(const uint8_t* src_tile, int src_lane, uint8_t* dst_tile, int dst_lane, int head_dim) {
+  const T* from = reinterpret_cast<const T*>(src_tile) + src_lane;
+  T* to = reinterpret_cast<T*>(dst_tile) + dst_lane;
+  for (int d = 0; d < head_dim; ++d) to[size_t(d) * kTile] = from[size_t(d) * kTile];
+}
+}  // namespace
+
 void KVCache::move_row(int src, int dst) {
-  const size_t head_bytes = size_t(head_dim_) * elem_bytes_;
-  std::vector<uint8_t> key_row(head_bytes);  // [head_dim] of dtype
+  const size_t eb = size_t(elem_bytes_), head_bytes = size_t(head_dim_) * eb;
   for (int l = 0; l < num_layers(); ++l)
     for (int g = 0; g < kv_heads_; ++g) {
-      if (dtype_ == DType::F32) {
-        keys_out(l, g, src, 1, reinterpret_cast<float*>(key_row.data()));
-        keys_in(l, g, dst, 1, reinterpret_cast<const float*>(key_row.data()));
-      } else {
-        keys_out(l, g, src, 1, reinterpret_cast<uint16_t*>(key_row.data()));
-        keys_in(l, g, dst, 1, reinterpret_cast<const uint16_t*>(key_row.data()));
-      }
+      uint8_t* src_tile = keys_[l].data() + key_index(g, src & ~(kTile - 1), 0) * eb;
+      uint8_t* dst_tile = keys_[l].data() + key_index(g, dst & ~(kTile - 1), 0) * eb;
+      if (dtype_ == DType::F32)
+        move_key_lane<float>(src_tile, src & (kTile - 1), dst_tile, dst & (kTile - 1), head_dim_);
+      else
+        move_key_lane<uint16_t>(src_tile, src & (kTile - 1), dst_tile, dst & (kTile - 1), head_dim_);
       uint8_t* head = values_[l].data() + size_t(g) * capacity_ * head_bytes;  // [capacity, head_dim]
       std::memmove(head + size_t(dst) * head_bytes, head + size_t(src) * head_bytes, head_bytes);
     }
