@@ -50,6 +50,7 @@ inline int rows_per_task(int n_q, int n_kv_heads) {
 
 // The softmax numerators as they are (Round for exp_shifted; the bf16 dot products round them: attention_dot-inl.h).
 struct KeepF32 {
+  TS_SIMD V exp(V x) const { return exp_approx(x); }
   TS_SIMD V operator()(V e) const { return e; }
 };
 
@@ -61,7 +62,7 @@ TS_SIMD float exp_shifted(float* scores, int n, Round round = {}) {
   const V max_b = set1(reduce_max(max_v));
   V sum = zero();
   for (int t = 0; t < n; t += kW) {
-    const V e = select(tail(n - t), round(exp_approx(sub(load_n(scores + t, n - t), max_b))), zero());
+    const V e = select(tail(n - t), round(round.exp(sub(load_n(scores + t, n - t), max_b))), zero());
     store_n(scores + t, e, n - t);
     sum = add(sum, e);
   }

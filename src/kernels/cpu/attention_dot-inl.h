@@ -44,6 +44,18 @@ TS_SIMD inline V round_bf16_hw(V v) {
 
 // exp_shifted's rounding for the dot products: numerators rounded to bf16, and their sum the normaliser.
 struct RoundToBf16 {
+  // exp(x) for x <= 0 to a relative 6e-5, far below the rounding that follows (2^-8): x = n ln2 + r, |r| <= ln2 / 2,
+  // 2^n times the Taylor polynomial of degree 4 in r. Below -87 the result is 0 or a denormal, which rounds away.
+  TS_SIMD V exp(V x) const {
+    x = max(set1(-100.0f), x);
+    const V n = round_nearest(mul(x, set1(1.44269504088896341f)));
+    const V r = fnma(n, set1(0.693147180559945f), x);
+    V p = fma(r, set1(1.0f / 24), set1(1.0f / 6));
+    p = fma(p, r, set1(0.5f));
+    p = fma(p, r, set1(1.0f));
+    p = fma(p, r, set1(1.0f));
+    return pow2_scale(p, n);
+  }
   TS_SIMD V operator()(V e) const { return round_bf16_hw(e); }
 };
 
