@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
       std::vector<uint16_t> k16(k.size()), v16(v.size()), k16_hm(k.size()), v16_hm(v.size());
       for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
       for (size_t i = 0; i < k.size(); ++i) k16_hm[i] = f32_to_bf16(k_hm[i]), v16_hm[i] = f32_to_bf16(v_hm[i]);
-      // The same bf16 K/V in pages of 16 rows in the prefix cache's block layout ([2 layers][K, V][kv_heads][16][hd],
-      // layer 1 read), pages scattered in a pool of twice as many (attention_paged).
+      // The same bf16 K/V in pages of 16 rows ([2 layers][K, V][kv_heads][16][hd], layer 1 read), pages scattered in a
+      // pool of twice as many (attention_paged).
       constexpr int kShift = 4, kPageRows = 1 << kShift, kLayers = 2;
       const int n_pages = (n_kv + kPageRows - 1) / kPageRows;
       const size_t page_elems = size_t(kLayers) * 2 * kv_heads * kPageRows * hd;

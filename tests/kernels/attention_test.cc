@@ -238,7 +238,7 @@ TEST_P(Attention, StridedHeadMajorLayoutGivesSameBits) {
   EXPECT_EQ(bit_differences(ref_strided.data(), ref_plain.data(), ref_plain.size()), 0u);
 }
 
-// K/V in pages (a block table): each page holds 2^shift rows of every layer in the prefix cache's block layout
+// K/V in pages (a block table): each page holds 2^shift rows of every layer as
 // [layers][keys, values][kv_heads][rows][head_dim]; pages sit in memory in shuffled order, NaN past the last row.
 // The same rows must give the same bits as the head-major strided call, on every variant and in the references,
 // for tree masks (dense tiles and the per-row path) and random masks, f32 and bf16, pages of 16 rows and of 1.
