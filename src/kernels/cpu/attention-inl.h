@@ -409,25 +409,27 @@ struct TaskScratch {
   std::vector<const float*> row_q;    // [group] that row's query vectors
   std::vector<float*> row_s;          // [group] its rows of row_scores
   std::vector<uint8_t> dense_row;     // [rows in block] 1 where the row's pairs went to the dense tiles this block
-  std::vector<int> prefix_run;        // [rows in block] keys [0, prefix_run) are all visible to the row
   // The bf16 dot products (attention_dot-inl.h) only:
   std::vector<uint32_t> q2;               // [rows in block, group, head_dim / 2] queries as bf16 pairs
   std::vector<const uint32_t*> dense_q2;  // [dense pairs] their rows of q2
   std::vector<const uint32_t*> row_q2;    // [group] the per-row path's
 };
 
-// Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used). Built
-// once per call (every KV head's tasks read them). Returns false if a row sees no key.
+// Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used), and runs [n_q]:
+// keys [0, runs[i]) are all visible to row i. Built once per call (every KV head's tasks read them). Returns false if
+// a row sees no key.
 inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::vector<int>& keys,
-                              std::vector<int>& n_vis) {
+                              std::vector<int>& n_vis, std::vector<int>& runs) {
   keys.resize(size_t(n_q) * n_kv);
   n_vis.resize(n_q);
+  runs.resize(n_q);
   for (int i = 0; i < n_q; ++i) {
     const uint8_t* row_mask = visible + size_t(i) * n_kv;  // [n_kv]
     int* row_keys = keys.data() + size_t(i) * n_kv;
     // A row usually sees a long run of keys from 0 (the cached prefix): found with memchr, listed without tests.
     const void* first_hidden = std::memchr(row_mask, 0, size_t(n_kv));
     const int run = first_hidden ? int(static_cast<const uint8_t*>(first_hidden) - row_mask) : n_kv;
+    runs[i] = run;
     for (int j = 0; j < run; ++j) row_keys[j] = j;
     int n = run;
     for (int j = run; j < n_kv; ++j) {
@@ -440,15 +442,16 @@ inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::ve
   return true;
 }
 
-// One task: KV head kvh, query rows [row0, row0 + rows). k_rows/v_rows: where head kvh's key/value rows start;
-// all_keys / all_n_vis: list_visible_keys' lists of every row of the call.
+// One task: KV head kvh, query rows [row0, row0 + rows). k_tiles: where head kvh's key tiles come from; v_rows: where
+// its value rows start; all_keys / all_n_vis / all_runs: list_visible_keys' lists of every row of the call.
 template <typename Keys, typename Rows>
 TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_rows, const int* all_keys,
-                          const int* all_n_vis, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
+                          const int* all_n_vis, const int* all_runs, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
                           int n_kv_heads, int head_dim, float scale, TaskScratch<typename Rows::Elem>& s) {
   using KvT = typename Rows::Elem;
   const int group = n_heads / n_kv_heads;
   const int* n_vis = all_n_vis + row0;  // [rows]
+  const int* prefix_run = all_runs + row0;  // [rows]
   s.scores.resize(size_t(rows) * group * n_kv);
   s.acc.assign(size_t(rows) * group * head_dim, 0.0f);
   auto acc_of = [&](int i, int g) { return s.acc.data() + (size_t(i) * group + g) * head_dim; };
@@ -466,7 +469,7 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     t0 = s.cursor[i];
     const int* keys = keys_of(i);
     const int last = t0 + (j1 - j0) - 1;
-    if (j1 <= s.prefix_run[i])
+    if (j1 <= prefix_run[i])
       t1 = j1;
     else if (last < n_vis[i] && keys[last] == j1 - 1)
       t1 = last + 1;
@@ -521,18 +524,7 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // Keys [0, shared) are visible to every row of the task (the cached prefix of a tree): a block ends there, so
   // the prefix's last keys go to the dense tiles too, not to the per-row path with the tree's nodes. Block bounds
   // only change the loop nesting, never a pair's arithmetic.
-  int shared = n_kv;
-  s.prefix_run.resize(rows);
-  for (int i = 0; i < rows; ++i) {  // keys[t] >= t, so keys[t] == t holds for t below the row's first hidden key
-    const int* keys = keys_of(i);
-    int lo = 0, hi = n_vis[i];
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (keys[mid] == mid) lo = mid + 1; else hi = mid;
-    }
-    s.prefix_run[i] = lo;
-    shared = std::min(shared, lo);
-  }
+  const int shared = *std::min_element(prefix_run, prefix_run + rows);
   // Blocks end on tile bounds (64 keys, 4 tiles), or at `shared` rounded down to even (so that every block but the
   // last has an even length, as the key pairs of the bf16 dot products need).
   const int shared_even = shared & ~1;
@@ -641,11 +633,12 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
   const int rows_per = rows_per_task(n_q, n_kv_heads);
   const int blocks = (n_q + rows_per - 1) / rows_per;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
-  thread_local std::vector<int> key_lists, n_vis_lists;  // the calling thread's, read by the workers
-  if (!list_visible_keys(visible, n_q, n_kv, key_lists, n_vis_lists)) return false;
+  thread_local std::vector<int> key_lists, n_vis_lists, run_lists;  // the calling thread's, read by the workers
+  if (!list_visible_keys(visible, n_q, n_kv, key_lists, n_vis_lists, run_lists)) return false;
   // Pointers, not the names: inside the task a thread_local name would be the worker's own (empty) copy.
   const int* keys = key_lists.data();   // [n_q, n_kv]
   const int* n_vis = n_vis_lists.data();  // [n_q]
+  const int* runs = run_lists.data();     // [n_q]
   // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens of
   // microseconds), well past the few microseconds a hand-off costs.
   parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
@@ -653,7 +646,7 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
     const auto [k_tiles, v_rows] = rows_of(kvh);
     thread_local TaskScratch<typename std::decay_t<decltype(v_rows)>::Elem> scratch;
-    attend_block(q, k_tiles, v_rows, keys, n_vis, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
+    attend_block(q, k_tiles, v_rows, keys, n_vis, runs, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
                  scratch);
   });
   return true;

@@ -51,13 +51,6 @@ TS_SIMD inline M mask_and(M a, M b) { return _mm256_and_ps(a, b); }
 TS_SIMD inline M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
 TS_SIMD inline bool any(M m) { return _mm256_movemask_ps(m) != 0; }
 // Fixed order: the two 128-bit halves, then pairs, then the last two.
-// out[u] = the sum of the lanes of v_u, u = 0..3, every u with the same order: 8 -> 4 (l + l+4), then
-// ((x0 + x1) + (x2 + x3)). Four reductions share the shuffles of one.
-TS_SIMD inline __m128 fold_to_4(V v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); }
-TS_SIMD inline void reduce_add4(V v0, V v1, V v2, V v3, float* out) {
-  const __m128 b0 = fold_to_4(v0), b1 = fold_to_4(v1), b2 = fold_to_4(v2), b3 = fold_to_4(v3);
-  _mm_storeu_ps(out, _mm_hadd_ps(_mm_hadd_ps(b0, b1), _mm_hadd_ps(b2, b3)));
-}
 TS_SIMD inline float reduce_add(V v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

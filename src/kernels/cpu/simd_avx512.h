@@ -58,42 +58,6 @@ TS_SIMD inline M mask_or(M a, M b) { return M(a | b); }
 TS_SIMD inline bool any(M m) { return m != 0; }
 TS_SIMD inline float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
 TS_SIMD inline float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
-// out[u] = the sum of the lanes of v_u, u = 0..3, every u with the same order: 16 -> 8 (lane l + l+8),
-// 8 -> 4 (l + l+4), then ((x0 + x1) + (x2 + x3)). Four reductions share the shuffles of one.
-TS_SIMD inline __m128 fold_to_4(V v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-}
-TS_SIMD inline void reduce_add4(V v0, V v1, V v2, V v3, float* out) {
-  const __m128 b0 = fold_to_4(v0), b1 = fold_to_4(v1), b2 = fold_to_4(v2), b3 = fold_to_4(v3);
-  _mm_storeu_ps(out, _mm_hadd_ps(_mm_hadd_ps(b0, b1), _mm_hadd_ps(b2, b3)));
-}
-// out[n] = reduce_add4's sum of v[n]'s lanes, n = 0..15, with the same additions on the same operands (so the
-// same bits), done for 16 vectors side by side: 45 shuffles and adds against 100 for four reduce_add4 calls.
-//   1. pairs of vectors: [v lanes 0-7 | w lanes 0-7] + [v lanes 8-15 | w lanes 8-15]  (l + l+8)
-//   2. pairs of those: one 128-bit lane per vector, lanes 0-3 + lanes 4-7            (l + l+4)
-//   3. within 128-bit lanes: (x0 + x1), (x2 + x3), then their sum                    (hadd, hadd)
-TS_SIMD inline void reduce_add16(const V* v, float* out) {
-  V t[8];
-#pragma GCC unroll 8
-  for (int m = 0; m < 8; ++m)
-    t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  V u[4];  // u[j]'s 128-bit lane k: the four partial sums of v[4j + k]
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)
-    u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const V h01 = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const V h23 = _mm512_add_ps(_mm512_shuffle_ps(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_ps(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  // Lane 4k + e: the sum of v[4e + k].
-  const V r = _mm512_add_ps(_mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i to_n = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_ps(out, _mm512_permutexvar_ps(to_n, r));
-}
 TS_SIMD inline V round_nearest(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // p * 2^n for integral n in [-160, 160] (one rounding: exact unless the result is subnormal or overflows).
 TS_SIMD inline V pow2_scale(V p, V n) { return _mm512_scalef_ps(p, n); }
