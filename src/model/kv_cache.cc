@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -120,42 +121,33 @@ void KVCache::read_row(int layer, int row, float* k, float* v) const {
   }
 }
 
-// The block layout holds each head's keys as [head_dim][n] (rows in the last dimension): a tile's row d holds the
-// same rows' element d side by side, so keys move in runs of up to 16 elements (bits unchanged).
-template <typename T>
-void KVCache::keys_out(int layer, int g, int first, int n, T* out) const {
-  const T* keys = reinterpret_cast<const T*>(keys_[layer].data());
+namespace {
+// Key rows [first, first + n) of one head between its tiles (head: [capacity / 16][head_dim][16]) and a block's keys
+// [head_dim][n] (kToBlock: tiles -> block; bits unchanged). A tile's row d holds the rows' element d side by side, so
+// keys move in runs of up to 16 elements per dimension, and a 16-row block on a tile is one copy.
+template <bool kToBlock, typename TileT, typename BlockT>
+void copy_key_rows(TileT* head, BlockT* block, int first, int n, int head_dim) {
+  using T = std::remove_const_t<TileT>;
   for (int r = first; r < first + n;) {
     const int lane = r & (kTile - 1), run = std::min(kTile - lane, first + n - r);
-    const T* tile = keys + key_index(g, r, 0);  // [head_dim][16] from lane `lane`
-    T* to = out + (r - first);
-    if (run == kTile && n == kTile)  // a whole tile is a block of 16 rows: [head_dim][16] both sides
-      std::memcpy(to, tile, size_t(kTile) * head_dim_ * sizeof(T));
-    else if (run == kTile)
-      for (int d = 0; d < head_dim_; ++d) std::memcpy(to + size_t(d) * n, tile + size_t(d) * kTile, kTile * sizeof(T));
-    else
-      for (int d = 0; d < head_dim_; ++d)
-        std::memcpy(to + size_t(d) * n, tile + size_t(d) * kTile, size_t(run) * sizeof(T));
-    r += run;
-  }
-}
-template <typename T>
-void KVCache::keys_in(int layer, int g, int first, int n, const T* in) {
-  T* keys = reinterpret_cast<T*>(keys_[layer].data());
-  for (int r = first; r < first + n;) {
-    const int lane = r & (kTile - 1), run = std::min(kTile - lane, first + n - r);
-    T* tile = keys + key_index(g, r, 0);
-    const T* from = in + (r - first);
+    TileT* tile = head + size_t(r - lane) * head_dim + lane;  // [head_dim][16] from lane `lane`
+    BlockT* rows = block + (r - first);                       // [head_dim][n] from row r
+    auto copy = [&](size_t tile_at, size_t rows_at, size_t count) {
+      if constexpr (kToBlock)
+        std::memcpy(rows + rows_at, tile + tile_at, count * sizeof(T));
+      else
+        std::memcpy(tile + tile_at, rows + rows_at, count * sizeof(T));
+    };
     if (run == kTile && n == kTile)
-      std::memcpy(tile, from, size_t(kTile) * head_dim_ * sizeof(T));
-    else if (run == kTile)
-      for (int d = 0; d < head_dim_; ++d) std::memcpy(tile + size_t(d) * kTile, from + size_t(d) * n, kTile * sizeof(T));
+      copy(0, 0, size_t(kTile) * head_dim);
+    else if (run == kTile)  // a constant count: each copy inlined
+      for (int d = 0; d < head_dim; ++d) copy(size_t(d) * kTile, size_t(d) * n, kTile);
     else
-      for (int d = 0; d < head_dim_; ++d)
-        std::memcpy(tile + size_t(d) * kTile, from + size_t(d) * n, size_t(run) * sizeof(T));
+      for (int d = 0; d < head_dim; ++d) copy(size_t(d) * kTile, size_t(d) * n, size_t(run));
     r += run;
   }
 }
+}  // namespace
 
 void KVCache::export_rows(int first, int n, uint8_t* out) const {
   TS_CHECK(first >= 0 && n >= 0 && first + n <= length_, "KV export: rows [", first, ", ", first + n,
@@ -163,10 +155,12 @@ void KVCache::export_rows(int first, int n, uint8_t* out) const {
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;  // one head's rows
   for (int l = 0; l < num_layers(); ++l) {
     for (int g = 0; g < kv_heads_; ++g, out += run) {
+      const uint8_t* head = keys_[l].data() + size_t(g) * capacity_ * head_bytes;
       if (dtype_ == DType::F32)
-        keys_out(l, g, first, n, reinterpret_cast<float*>(out));
+        copy_key_rows<true>(reinterpret_cast<const float*>(head), reinterpret_cast<float*>(out), first, n, head_dim_);
       else
-        keys_out(l, g, first, n, reinterpret_cast<uint16_t*>(out));
+        copy_key_rows<true>(reinterpret_cast<const uint16_t*>(head), reinterpret_cast<uint16_t*>(out), first, n,
+                            head_dim_);
     }
     for (int g = 0; g < kv_heads_; ++g, out += run)
       std::memcpy(out, values_[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
@@ -182,10 +176,12 @@ void KVCache::import_rows(int n, const uint8_t* in) {
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;
   for (int l = 0; l < num_layers(); ++l) {
     for (int g = 0; g < kv_heads_; ++g, in += run) {
+      uint8_t* head = keys_[l].data() + size_t(g) * capacity_ * head_bytes;
       if (dtype_ == DType::F32)
-        keys_in(l, g, length_, n, reinterpret_cast<const float*>(in));
+        copy_key_rows<false>(reinterpret_cast<float*>(head), reinterpret_cast<const float*>(in), length_, n, head_dim_);
       else
-        keys_in(l, g, length_, n, reinterpret_cast<const uint16_t*>(in));
+        copy_key_rows<false>(reinterpret_cast<uint16_t*>(head), reinterpret_cast<const uint16_t*>(in), length_, n,
+                             head_dim_);
     }
     for (int g = 0; g < kv_heads_; ++g, in += run)
       std::memcpy(values_[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);

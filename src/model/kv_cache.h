@@ -110,11 +110,6 @@ class KVCache {
   void clear_tile_tail(int end);
   // Element index of key row `row`, dimension d of head g in a layer's key buffer (its tile's lane).
   size_t key_index(int g, int row, int d) const;
-  // Key rows [first, first + n) of head g of one layer, out of (into) their tiles.  out, in: [head_dim, n] of T
-  template <typename T>
-  void keys_out(int layer, int g, int first, int n, T* out) const;
-  template <typename T>
-  void keys_in(int layer, int g, int first, int n, const T* in);
   int kv_heads_ = 0;
   int head_dim_ = 0;
   int max_tokens_ = 0;
