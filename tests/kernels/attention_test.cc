@@ -55,10 +55,30 @@ std::vector<int> random_tree(int nodes, std::mt19937& rng) {
   return parent;
 }
 
+struct Shape {
+  int n_q, n_kv, n_heads, n_kv_heads, head_dim;
+};
+
+// A problem of shape s with a draft tree over its last n_q keys (tree), or a random mask where each row sees at least
+// one key.
+Problem tree_or_random_problem(const Shape& s, bool tree, std::mt19937& rng) {
+  Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
+  if (tree) {
+    tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
+    return p;
+  }
+  for (int i = 0; i < s.n_q; ++i) {
+    for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
+    p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
+  }
+  return p;
+}
+
 // |fast - ref| bound per output element, for vectors of W lanes. With E = max over visible j of the score's error
-// (dot product, one FMA chain over head_dim: (hd + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp: 2 u), each p_j has relative error <= E,
-// the normaliser <= E + (n_vis/W + 4) u, and the weighted sum adds n_vis u relative to sum p|v|. So
-// |err_d| <= A_d (2E + (n_vis + n_vis/W + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j; doubled for slack.
+// (dot product, one FMA chain over head_dim: (hd + 4) u sum|q k| scale, the shift by the max: |s - max| u, exp:
+// 2 u), each p_j has relative error <= E, the normaliser <= E + (n_vis/W + 4) u, and the weighted sum adds n_vis u
+// relative to sum p|v|. So |err_d| <= A_d (2E + (n_vis + n_vis/W + 8) u) with A_d = sum_j p_j |v_jd| / sum_j p_j;
+// doubled for slack.
 // bf16_operands: the variant rounds q and the numerators p to bf16 (unit roundoff b = 2^-8) for its dot products,
 // which adds b sum|q k| scale to each score's error and b to each p_j's.
 void expect_close_to_reference(const Problem& p, const std::vector<float>& fast, bool bf16_operands = false) {
@@ -121,18 +141,12 @@ TS_INSTANTIATE_PER_ISA(Attention);
 
 TEST_P(Attention, MatchesReferenceOverShapesAndMasks) {
   std::mt19937 rng(42);
-  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
   // head_dim 32/64/128, 48 + 200 (not multiples of 16: masked tails, > 128 register block), 36 and 20 (not
   // multiples of 8); query rows 1, 3, 8, 17, 64; GQA ratios 1, 2, 4.
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{3, 17, 4, 4, 32}, Shape{7, 40, 8, 4, 64}, Shape{16, 70, 16, 4, 128},
                   Shape{17, 29, 4, 2, 36}, Shape{8, 23, 2, 1, 20}, Shape{64, 80, 2, 2, 24},
                   Shape{5, 33, 4, 2, 48}, Shape{4, 9, 2, 1, 200}}) {
-    Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
-    // Random masks, each row seeing at least one key.
-    for (int i = 0; i < s.n_q; ++i) {
-      for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
-      p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
-    }
+    Problem p = tree_or_random_problem(s, false, rng);
     expect_close_to_reference(p, run_fast(p));
     // Causal.
     if (s.n_kv >= s.n_q) {
@@ -293,19 +307,10 @@ void expect_paged_equals_strided(const Problem& p, int shift, std::mt19937& rng)
 
 TEST_P(Attention, PagedLayoutGivesSameBitsAsStrided) {
   std::mt19937 rng(23);
-  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36}, Shape{16, 300, 16, 8, 128},
                   Shape{1, 200, 8, 4, 64}, Shape{40, 131, 6, 2, 48}}) {
     for (bool tree : {false, true}) {
-      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
-      if (tree) {
-        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
-      } else {
-        for (int i = 0; i < s.n_q; ++i) {
-          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
-          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
-        }
-      }
+      Problem p = tree_or_random_problem(s, tree, rng);
       for (int shift : {4, 0}) {
         SCOPED_TRACE(::testing::Message() << "n_q " << s.n_q << " n_kv " << s.n_kv << " tree " << tree << " shift "
                                           << shift);
@@ -365,19 +370,10 @@ void expect_tiled_equals_strided(const Problem& p) {
 
 TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {
   std::mt19937 rng(29);
-  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36}, Shape{16, 300, 16, 8, 128},
                   Shape{1, 200, 8, 4, 64}, Shape{40, 131, 6, 2, 48}, Shape{3, 16, 3, 1, 8}}) {
     for (bool tree : {false, true}) {
-      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
-      if (tree) {
-        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
-      } else {
-        for (int i = 0; i < s.n_q; ++i) {
-          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
-          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
-        }
-      }
+      Problem p = tree_or_random_problem(s, tree, rng);
       SCOPED_TRACE(::testing::Message() << "n_q " << s.n_q << " n_kv " << s.n_kv << " tree " << tree);
       expect_tiled_equals_strided<float>(p);
       expect_tiled_equals_strided<uint16_t>(p);
@@ -397,20 +393,11 @@ TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {
 // rounded operands, and not the same bits as f32 arithmetic on the widened values (so the dot products did run).
 TEST_P(Attention, Bf16KeysAndValuesEqualF32AttentionOnTheWidenedValues) {
   std::mt19937 rng(11);
-  struct Shape { int n_q, n_kv, n_heads, n_kv_heads, head_dim; };
   for (Shape s : {Shape{1, 1, 2, 2, 64}, Shape{3, 17, 4, 4, 32}, Shape{9, 70, 8, 4, 64}, Shape{17, 29, 4, 2, 36},
                   Shape{8, 23, 2, 1, 20}, Shape{4, 9, 2, 1, 200}, Shape{16, 100, 16, 8, 128},
                   Shape{11, 150, 6, 2, 48}}) {
     for (bool tree : {false, true}) {
-      Problem p = make_problem(s.n_q, s.n_kv, s.n_heads, s.n_kv_heads, s.head_dim, rng());
-      if (tree) {  // a draft tree after a prefix: the key blocks every row sees whole take the dense tiles
-        tree_mask(p, s.n_kv - s.n_q, random_tree(s.n_q, rng));
-      } else {
-        for (int i = 0; i < s.n_q; ++i) {
-          for (int j = 0; j < s.n_kv; ++j) p.visible[size_t(i) * s.n_kv + j] = rng() % 3 != 0;
-          p.visible[size_t(i) * s.n_kv + rng() % s.n_kv] = 1;
-        }
-      }
+      Problem p = tree_or_random_problem(s, tree, rng);  // a tree: its prefix's whole key blocks take the dense tiles
       std::vector<uint16_t> k16(p.k.size()), v16(p.v.size());
       for (size_t e = 0; e < p.k.size(); ++e) {
         k16[e] = f32_to_bf16(p.k[e]), v16[e] = f32_to_bf16(p.v[e]);

@@ -1,6 +1,6 @@
 // The KV cache's head-major layout: rows written as [n, kv_heads, head_dim] read back the same through read_row and
-// through rows() as kernels::attention_tiled addresses it (what attention reads: keys in tiles of 16), across capacity growth, tree commits, truncation and both
-// dtypes; bad requests throw and leave the cache usable.
+// through rows() as kernels::attention_tiled addresses it (what attention reads: keys in tiles of 16), across capacity
+// growth, tree commits, truncation and both dtypes; bad requests throw and leave the cache usable.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -446,8 +446,8 @@ inline bool list_visible_keys(const uint8_t* visible, int n_q, int n_kv, std::ve
 // its value rows start; all_keys / all_n_vis / all_runs: list_visible_keys' lists of every row of the call.
 template <typename Keys, typename Rows>
 TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_rows, const int* all_keys,
-                          const int* all_n_vis, const int* all_runs, float* out, int row0, int rows, int kvh, int n_kv, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, TaskScratch<typename Rows::Elem>& s) {
+                          const int* all_n_vis, const int* all_runs, float* out, int row0, int rows, int kvh,
+                          int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale, TaskScratch<typename Rows::Elem>& s) {
   using KvT = typename Rows::Elem;
   const int group = n_heads / n_kv_heads;
   const int* n_vis = all_n_vis + row0;  // [rows]
@@ -592,7 +592,8 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     const int pairs = split_block(j0, j1, false);
     if (pairs > 0) {
       if (dot) {
-        if constexpr (kDot) values_dense_dot(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim);
+        if constexpr (kDot)
+          values_dense_dot(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim);
       } else if (dense_whole)
         values_dense<true>(s.dense_s.data(), s.dense_acc.data(), pairs, j0, j1 - j0, v_rows, head_dim, prefetch);
       else
@@ -646,8 +647,8 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
     const auto [k_tiles, v_rows] = rows_of(kvh);
     thread_local TaskScratch<typename std::decay_t<decltype(v_rows)>::Elem> scratch;
-    attend_block(q, k_tiles, v_rows, keys, n_vis, runs, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim, scale,
-                 scratch);
+    attend_block(q, k_tiles, v_rows, keys, n_vis, runs, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim,
+                 scale, scratch);
   });
   return true;
 }
@@ -670,9 +671,9 @@ bool attention_paged_kv(const float* q, const KvT* const* pages, int page_shift,
                         int n_kv_heads, int head_dim, float scale) {
   auto rows_of = [&](int kvh) {
     const size_t head_offset = size_t(kvh) * size_t(page_head_stride);
-    return std::pair{
-        TransposedKeys<PagedRows<KvT>>{PagedRows<KvT>{pages, size_t(k_offset) + head_offset, page_shift, size_t(head_dim)}},
-        PagedRows<KvT>{pages, size_t(v_offset) + head_offset, page_shift, size_t(head_dim)}};
+    const PagedRows<KvT> k_rows{pages, size_t(k_offset) + head_offset, page_shift, size_t(head_dim)};
+    return std::pair{TransposedKeys<PagedRows<KvT>>{k_rows},
+                     PagedRows<KvT>{pages, size_t(v_offset) + head_offset, page_shift, size_t(head_dim)}};
   };
   return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }

@@ -140,7 +140,8 @@ TS_SIMD void values_tile_dot(const float* const* p, float* const* acc, int j0, i
     for (int y = 0; y < kVectors; ++y) storeu(acc[x] + d0 + y * kW, a[x][y]);
 }
 
-constexpr int kDotValueQueries = 6;  // x 4 vectors: 24 accumulators + 4 value pairs + 1 weight pair of 32 zmm (8 spilled)
+// x 4 vectors: 24 accumulators + 4 value pairs + 1 weight pair of 32 zmm (8 pairs spilled and were slower)
+constexpr int kDotValueQueries = 6;
 template <typename Rows>
 TS_SIMD void values_dense_dot(const float* const* p, float* const* acc, int pairs, int j0, int n, const Rows& v_rows,
                               int head_dim) {
