@@ -2,8 +2,9 @@
 // heads, head_dim 128) for a tree of n_q nodes over a cached prefix. Prints the minimum over repetitions (the
 // machine is shared); with 1 thread the clock is the thread's CPU time. K/V as f32 (row-major and head-major)
 // and as bf16 (row-major, head-major, in scattered pages of 16 rows, and as the target's bf16 KV cache holds them:
-// K in tiles of 16 keys, V head-major; attention_tiled).
-//   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q]]
+// K in tiles of 16 keys, V head-major; attention_tiled, in one span, and with the prefix in scattered runs of run_rows
+// rows, default 16, as a request reading prefix-cache blocks in place passes them).
+//   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q [run_rows]]]
 // (default shape 16/8/128 over prefixes 128..4096 and 1, 8, 32 query rows; e.g. the shipped target's last chat turn:
 // bench_attention 2 warm 8 4 64 900 96)
 // cold: 64 MiB are touched before every call, so the K/V come from DRAM as in a model forward (where the weights
@@ -42,6 +43,11 @@ int main(int argc, char** argv) {
             hd = argc > 5 ? std::atoi(argv[5]) : 128;
   std::vector<int> prefixes = {128, 512, 1024, 4096}, query_rows = {1, 8, 32};
   if (argc > 7) prefixes = {std::atoi(argv[6])}, query_rows = {std::atoi(argv[7])};
+  const int run_rows = argc > 8 ? std::atoi(argv[8]) : 16;  // rows per shared run, a multiple of 16
+  if (run_rows < 16 || run_rows % 16 != 0) {
+    std::fprintf(stderr, "run_rows must be a positive multiple of 16\n");
+    return 1;
+  }
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s, K/V %s\n", threads, cpu_clock ? "CPU" : "wall",
@@ -97,7 +103,32 @@ int main(int argc, char** argv) {
             k16_tiled[size_t(g) * tiled_stride + size_t(j / 16) * 16 * hd + size_t(d) * 16 + j % 16] = kb;
             v16_tiled[size_t(g) * tiled_stride + size_t(j) * hd + d] = vb;
           }
-      std::vector<double> times, times_hm, times_bf16, times_bf16_hm, times_paged, times_tiled;
+      // The same tiles with the prefix's whole runs of run_rows rows elsewhere, each run as a span of its own
+      // ([2 layers][K, V][kv_heads][run_rows hd], layer 1 read, runs scattered in a pool of twice as many), then the
+      // rest in the sequence's own buffer: the spans a request reading cached prefix blocks in place passes.
+      const int runs = prefix / run_rows, own_first = runs * run_rows, own_rows = n_kv - own_first;
+      const size_t run_elems = size_t(run_rows) * hd;  // one head's keys (or values) in a run
+      const size_t pool_run_elems = size_t(kLayers) * 2 * kv_heads * run_elems;
+      std::vector<uint16_t> run_pool(pool_run_elems * 2 * std::max(runs, 1));
+      const int64_t own_stride = int64_t((own_rows + 15) / 16) * 16 * hd;
+      std::vector<uint16_t> k16_own(size_t(kv_heads) * own_stride), v16_own(k16_own.size());
+      std::vector<kernels::KVSpan> spans;
+      for (int b = 0; b < runs; ++b) {
+        uint16_t* layer1 = run_pool.data() + pool_run_elems * ((b * 7919) % (2 * runs)) + 2 * kv_heads * run_elems;
+        for (int g = 0; g < kv_heads; ++g) {  // [K, V][kv_heads][run_rows hd]
+          const size_t from = size_t(g) * tiled_stride + size_t(b) * run_elems;
+          std::copy_n(&k16_tiled[from], run_elems, layer1 + size_t(g) * run_elems);
+          std::copy_n(&v16_tiled[from], run_elems, layer1 + size_t(kv_heads + g) * run_elems);
+        }
+        spans.push_back(kernels::KVSpan{layer1, layer1 + size_t(kv_heads) * run_elems, int64_t(run_elems), b * run_rows});
+      }
+      for (int g = 0; g < kv_heads; ++g) {
+        const size_t from = size_t(g) * tiled_stride + size_t(own_first) * hd;
+        std::copy_n(&k16_tiled[from], size_t(own_stride), &k16_own[size_t(g) * own_stride]);
+        std::copy_n(&v16_tiled[from], size_t(own_rows) * hd, &v16_own[size_t(g) * own_stride]);
+      }
+      spans.push_back(kernels::KVSpan{k16_own.data(), v16_own.data(), own_stride, own_first});
+      std::vector<double> times, times_hm, times_bf16, times_bf16_hm, times_paged, times_tiled, times_spans;
       auto timed = [&](std::vector<double>& into, auto&& call) {
         if (cold)
           for (size_t i = 0; i < flush.size(); i += 64) flush[i] = char(flush[i] + 1);
@@ -126,6 +157,10 @@ int main(int argc, char** argv) {
           kernels::attention_tiled(q.data(), k16_tiled.data(), v16_tiled.data(), tiled_stride, visible.data(),
                                    out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
         });
+        timed(times_spans, [&] {
+          kernels::attention_tiled(q.data(), spans.data(), int(spans.size()), DType::BF16, visible.data(), out.data(),
+                                   n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
         timed(times_bf16_hm, [&] {
           kernels::attention_strided_bf16kv(q.data(), k16_hm.data(), v16_hm.data(), hd, int64_t(n_kv) * hd,
                                             visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
@@ -133,9 +168,10 @@ int main(int argc, char** argv) {
       }
       auto best = [](const std::vector<double>& t) { return *std::min_element(t.begin(), t.end()) * 1e3; };
       std::printf("prefix %5d  n_q %3d : f32 row-major %8.1f us, head-major %8.1f us; bf16 row-major %8.1f us, "
-                  "head-major %8.1f us, pages of 16 %8.1f us, K tiles (the cache) %8.1f us\n",
+                  "head-major %8.1f us, pages of 16 %8.1f us, K tiles (the cache) %8.1f us, prefix in runs "
+                  "of %d rows %8.1f us\n",
                   prefix, n_q, best(times), best(times_hm), best(times_bf16), best(times_bf16_hm), best(times_paged),
-                  best(times_tiled));
+                  best(times_tiled), run_rows, best(times_spans));
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
+#include "kernels/kv_span.h"
 
 namespace ts::kernels {
 
@@ -84,6 +85,11 @@ void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_
 void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
                      const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
                      float scale);
+// attention_tiled() over rows held in spans (kv_span.h): spans[0, n_spans) in increasing first_row, the first at 0,
+// all below n_kv; kv_dtype F32 or BF16. A sequence whose prefix sits in blocks shared with other sequences reads them
+// in place. Spans only change addresses: the same rows give the same bits as one span.
+void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
@@ -152,11 +158,8 @@ void attention_paged(const float* q, const float* const* pages, int page_shift, 
 void attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
-void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
                      float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
-void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale);
 }  // namespace ref
 
 }  // namespace ts::kernels

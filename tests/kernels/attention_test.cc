@@ -362,10 +362,36 @@ void expect_tiled_equals_strided(const Problem& p) {
   }
   attention_tiled(p.q.data(), k_tiled.data(), v_hm.data(), head_stride, p.visible.data(), tiled.data(), p.n_q, p.n_kv,
                   p.n_heads, kv_heads, hd, p.scale());
-  ref::attention_tiled(p.q.data(), k_tiled.data(), v_hm.data(), head_stride, p.visible.data(), ref_tiled.data(),
-                       p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
+  const DType dtype = std::is_same_v<KvT, float> ? DType::F32 : DType::BF16;
+  const KVSpan whole{k_tiled.data(), v_hm.data(), head_stride, 0};
+  ref::attention_tiled(p.q.data(), &whole, 1, dtype, p.visible.data(), ref_tiled.data(), p.n_q, p.n_kv, p.n_heads,
+                       kv_heads, hd, p.scale());
   EXPECT_EQ(bit_differences(tiled.data(), strided.data(), strided.size()), 0u);
   EXPECT_EQ(bit_differences(ref_tiled.data(), ref_strided.data(), strided.size()), 0u);
+
+  // The same rows in spans of 16, 32 and 48 rows, each its own buffer with its own head stride (a spare tile of NaN
+  // per head), as a prefix shared in blocks and then the sequence's own rows: the same bits again.
+  std::vector<std::vector<KvT>> k_parts, v_parts;
+  std::vector<KVSpan> spans;
+  for (int first = 0, i = 0; first < p.n_kv; ++i) {
+    const int rows = std::min(16 * (1 + i % 3), p.n_kv - first), stride = ((rows + 15) / 16 + 1) * 16 * hd;
+    std::vector<KvT>& k = k_parts.emplace_back(size_t(kv_heads) * stride, to_kv(NAN));
+    std::vector<KvT>& v = v_parts.emplace_back(k.size(), to_kv(NAN));
+    for (int g = 0; g < kv_heads; ++g) {  // whole tiles of keys (lanes past n_kv are zero in k_tiled), rows of values
+      std::copy_n(&k_tiled[size_t(g) * head_stride + size_t(first) * hd], size_t((rows + 15) / 16) * 16 * hd,
+                  &k[size_t(g) * stride]);
+      std::copy_n(&v_hm[size_t(g) * head_stride + size_t(first) * hd], size_t(rows) * hd, &v[size_t(g) * stride]);
+    }
+    spans.push_back(KVSpan{k.data(), v.data(), stride, first});
+    first += rows;
+  }
+  std::vector<float> spanned(p.q.size(), -1.0f), ref_spanned(p.q.size());
+  attention_tiled(p.q.data(), spans.data(), int(spans.size()), dtype, p.visible.data(), spanned.data(), p.n_q, p.n_kv,
+                  p.n_heads, kv_heads, hd, p.scale());
+  ref::attention_tiled(p.q.data(), spans.data(), int(spans.size()), dtype, p.visible.data(), ref_spanned.data(),
+                       p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
+  EXPECT_EQ(bit_differences(spanned.data(), strided.data(), strided.size()), 0u) << spans.size() << " spans";
+  EXPECT_EQ(bit_differences(ref_spanned.data(), ref_strided.data(), strided.size()), 0u) << spans.size() << " spans";
 }
 
 TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {
@@ -385,6 +411,14 @@ TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {
   EXPECT_THROW(attention_tiled(bad.q.data(), kv.data(), kv.data(), 16 * 32, bad.visible.data(), out.data(), 1, 17, 2,
                                2, 32, 0.1f),
                Error);
+  // Spans that do not start on a tile, or not at row 0, or out of order.
+  const KVSpan off_tile[2] = {{kv.data(), kv.data(), 16 * 32, 0}, {kv.data(), kv.data(), 16 * 32, 8}};
+  const KVSpan late[1] = {{kv.data(), kv.data(), 16 * 32, 16}};
+  for (const auto& [spans, n] : {std::pair{off_tile, 2}, std::pair{late, 1}}) {
+    EXPECT_THROW(attention_tiled(bad.q.data(), spans, n, DType::F32, bad.visible.data(), out.data(), 1, 17, 2, 2, 32,
+                                 0.1f),
+                 Error);
+  }
 }
 
 // A bf16 KV cache: every element is widened exactly on load, so the result is attention() on the widened values,

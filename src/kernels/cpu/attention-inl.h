@@ -34,6 +34,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math-inl.h"
+#include "kernels/kv_span.h"
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
 namespace {
@@ -107,6 +108,7 @@ struct StridedRows {
   // Contiguous rows (the head-major cache) stream on the hardware prefetchers, and the hints only cost
   // (docs/results/optimization-notes.md, "Attention: software prefetch only for strided K/V rows").
   bool prefetch(int head_dim) const { return stride != size_t(head_dim); }
+  void prefetch_runs(int, int, int) const {}
 };
 template <typename KvT>
 struct PagedRows {
@@ -120,6 +122,13 @@ struct PagedRows {
   }
   int run(int j) const { return (1 << shift) - (j & ((1 << shift) - 1)); }  // rows left in j's page
   bool prefetch(int) const { return false; }  // rows within a page are contiguous, as the head-major cache's
+  // Asks for rows [j0, j1) ahead of use, page by page, where a page does not continue the one before it: short runs
+  // (a shared prefix block's 16 rows of a head) end before the hardware prefetchers pick them up.
+  void prefetch_runs(int j0, int j1, int row_elems) const {
+    for (int p = j0 >> shift; (p << shift) < j1; ++p)
+      if (p > 0 && pages[p] != pages[p - 1] + (size_t(stride) << shift))
+        prefetch_row(pages[p] + offset, row_elems << shift);
+  }
 };
 
 // Keys per block: the block's key (then value) rows of one head stay in L1/L2 while every (row, head) pair of
@@ -235,10 +244,10 @@ TS_SIMD inline void store_scores(const V (&acc)[kQ][kV], float* const* s, int tb
   }
 }
 
-// Scores of pairs q[0, kQ) against the kT key tiles at `tiles` (keys [tb, tb + 16 kT) of the head,
-// [kT][head_dim][16] of KvT): s[x][j - j0] = scale * (q[x] . k_j) for the keys j of the tiles inside [j0, j1).
+// Scores of pairs q[0, kQ) against the kT key tiles tiles[0, kT) (keys [tb, tb + 16 kT) of the head, each
+// [head_dim][16] of KvT): s[x][j - j0] = scale * (q[x] . k_j) for the keys j of the tiles inside [j0, j1).
 template <int kQ, int kT, typename KvT>
-TS_SIMD void score_tile(const float* const* q, float* const* s, const KvT* tiles, int tb, int j0, int j1,
+TS_SIMD void score_tile(const float* const* q, float* const* s, const KvT* const* tiles, int tb, int j0, int j1,
                         int head_dim, float scale) {
   constexpr int kV = kT * kVectorsPerTile;
   V acc[kQ][kV];
@@ -246,13 +255,14 @@ TS_SIMD void score_tile(const float* const* q, float* const* s, const KvT* tiles
   for (int x = 0; x < kQ; ++x)
 #pragma GCC unroll 4
     for (int v = 0; v < kV; ++v) acc[x][v] = zero();
-  const size_t tile_elems = size_t(head_dim) * kTileKeys;
+  const KvT* tile[kT];
+#pragma GCC unroll 4
+  for (int t = 0; t < kT; ++t) tile[t] = tiles[t];
   for (int d = 0; d < head_dim; ++d) {
     V k[kV];
 #pragma GCC unroll 4
     for (int v = 0; v < kV; ++v)
-      k[v] = load_tile_vector(tiles + size_t(v / kVectorsPerTile) * tile_elems + size_t(d) * kTileKeys +
-                              (v % kVectorsPerTile) * kW);
+      k[v] = load_tile_vector(tile[v / kVectorsPerTile] + size_t(d) * kTileKeys + (v % kVectorsPerTile) * kW);
 #pragma GCC unroll 8
     for (int x = 0; x < kQ; ++x) {
       const V qd = set1(q[x][d]);
@@ -310,30 +320,27 @@ inline void with_count(int m, F&& f) {
 // score_tile as score_block's policy (the bf16 dot products have another: DotScores, attention_dot-inl.h).
 struct FmaScores {
   template <int kQ, int kT, typename KvT>
-  TS_SIMD static void tile(const float* const* q, float* const* s, const KvT* tiles, int tb, int j0, int j1,
+  TS_SIMD static void tile(const float* const* q, float* const* s, const KvT* const* tiles, int tb, int j0, int j1,
                            int head_dim, float scale) {
     score_tile<kQ, kT>(q, s, tiles, tb, j0, j1, head_dim, scale);
   }
 };
 
 // Scores of `pairs` pairs against keys [j0, j1) (one key block): s[x][j - j0]. q: the pairs' queries as the policy
-// takes them; tiles: the block's key tiles from key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)][head_dim]
-// [16].
+// takes them; tiles: the block's key tiles from key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)] tiles
+// of [head_dim][16].
 template <typename Scores, typename QueryT, typename KvT>
-TS_SIMD void score_block(const QueryT* const* q, float* const* s, int pairs, int j0, int j1, const KvT* tiles,
+TS_SIMD void score_block(const QueryT* const* q, float* const* s, int pairs, int j0, int j1, const KvT* const* tiles,
                          int head_dim, float scale) {
   const int tb0 = j0 & ~(kTileKeys - 1), n_tiles = (j1 - tb0 + kTileKeys - 1) / kTileKeys;
-  const size_t tile_elems = size_t(head_dim) * kTileKeys;
   for (int x = 0; x < pairs; x += kScoreQueries) {
     with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
       constexpr int kQ = decltype(m)::value, kT = score_tiles_per_pass(kQ);
       int t = 0;
       for (; t + kT <= n_tiles; t += kT)
-        Scores::template tile<kQ, kT>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim,
-                                      scale);
+        Scores::template tile<kQ, kT>(q + x, s + x, tiles + t, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
       for (; t < n_tiles; ++t)
-        Scores::template tile<kQ, 1>(q + x, s + x, tiles + t * tile_elems, tb0 + t * kTileKeys, j0, j1, head_dim,
-                                     scale);
+        Scores::template tile<kQ, 1>(q + x, s + x, tiles + t, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
     });
   }
 }
@@ -365,23 +372,33 @@ struct DotScores;                     // named by the calls under `if constexpr 
 struct RoundToBf16;
 #endif
 
-// Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as [n_tiles][head_dim][16].
-// KeyTiles: K stored in tiles (attention_tiled(), the KV cache), tile t of the head at base + t * 16 * head_dim, read
-// in place. TransposedKeys: row-major keys (attention(), attention_strided(), attention_paged()) copied into tiles in
-// the task's scratch, keys past n_kv as zeros. The tiles hold the same values either way, so every layout gives the
-// same bits.
+// Where a key block's tiles come from: keys [tb0, tb0 + 16 n_tiles) of the task's head as n_tiles pointers to tiles
+// of [head_dim][16]. KeyTiles: K stored in tiles (attention_tiled(), the KV cache), read in place through a table
+// of the head's tiles (its spans: shared prefix blocks, then the sequence's own rows). TransposedKeys: row-major keys
+// (attention(), attention_strided(), attention_paged()) copied into tiles in the task's scratch, keys past n_kv as
+// zeros. The tiles hold the same values either way, so every layout gives the same bits.
 template <typename KvT>
 struct KeyTiles {
   using Elem = KvT;
-  const KvT* base;  // [tiles][head_dim][16] of the head
-  const KvT* block(int tb0, int, int, int head_dim, std::vector<KvT>&) const { return base + size_t(tb0) * head_dim; }
+  const KvT* const* tiles;  // [ceil(n_kv / 16)] the head's tiles, each [head_dim][16]
+  const KvT* const* block(int tb0, int, int, int, std::vector<KvT>&, std::vector<const KvT*>&) const {
+    return tiles + tb0 / kTileKeys;
+  }
+  // Asks for the tiles of keys [j0, j1) ahead of use where a tile does not continue the one before it (as PagedRows).
+  void prefetch_runs(int j0, int j1, int head_dim) const {
+    const size_t tile_elems = size_t(kTileKeys) * head_dim;
+    for (int t = j0 / kTileKeys; t * kTileKeys < j1; ++t)
+      if (t > 0 && tiles[t] != tiles[t - 1] + tile_elems) prefetch_row(tiles[t], int(tile_elems));
+  }
 };
 template <typename Rows>
 struct TransposedKeys {
   using Elem = typename Rows::Elem;
   Rows rows;
-  const Elem* block(int tb0, int n_tiles, int n_kv, int head_dim, std::vector<Elem>& scratch) const {
+  const Elem* const* block(int tb0, int n_tiles, int n_kv, int head_dim, std::vector<Elem>& scratch,
+                           std::vector<const Elem*>& tile_ptrs) const {
     scratch.resize(size_t(n_tiles) * kTileKeys * head_dim);  // [n_tiles][head_dim][16]
+    tile_ptrs.resize(n_tiles);
     for (int t = 0; t < n_tiles; ++t) {
       Elem* tile = scratch.data() + size_t(t) * kTileKeys * head_dim;  // [head_dim][16]
       for (int u = 0; u < kTileKeys; ++u) {
@@ -389,9 +406,11 @@ struct TransposedKeys {
         const Elem* row = j < n_kv ? rows(j) : nullptr;  // [head_dim]
         for (int d = 0; d < head_dim; ++d) tile[size_t(d) * kTileKeys + u] = row ? row[d] : Elem(0);
       }
+      tile_ptrs[t] = tile;
     }
-    return scratch.data();
+    return tile_ptrs.data();
   }
+  void prefetch_runs(int, int, int) const {}
 };
 
 template <typename KvT>
@@ -405,6 +424,7 @@ struct TaskScratch {
   std::vector<float*> dense_s;        // [dense pairs] their scores (then probabilities) at the block's first key
   std::vector<float*> dense_acc;      // [dense pairs] their value sums
   std::vector<KvT> k_tiles;           // [tiles of the block, head_dim, 16] row-major keys transposed (TransposedKeys)
+  std::vector<const KvT*> k_tile_ptrs;  // [tiles of the block] their addresses
   std::vector<float> row_scores;      // [group, kKeyBlock] the per-row path: one row's scores over a whole block
   std::vector<const float*> row_q;    // [group] that row's query vectors
   std::vector<float*> row_s;          // [group] its rows of row_scores
@@ -541,9 +561,11 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   s.row_q2.resize(group);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
+    if (j1 < n_kv) k_tiles.prefetch_runs(j1, block_end(j1), head_dim);  // the next block's
     const int pairs = split_block(j0, j1, true);
     const int tb0 = j0 & ~(kTileKeys - 1);
-    const KvT* tiles = k_tiles.block(tb0, (j1 - tb0 + kTileKeys - 1) / kTileKeys, n_kv, head_dim, s.k_tiles);
+    const KvT* const* tiles =
+        k_tiles.block(tb0, (j1 - tb0 + kTileKeys - 1) / kTileKeys, n_kv, head_dim, s.k_tiles, s.k_tile_ptrs);
     if (pairs > 0) {
       if (dot) {
         if constexpr (kDot)
@@ -589,6 +611,7 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   s.cursor.assign(rows, 0);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
+    if (j1 < n_kv) v_rows.prefetch_runs(j1, block_end(j1), head_dim);  // the next block's
     const int pairs = split_block(j0, j1, false);
     if (pairs > 0) {
       if (dot) {
@@ -678,12 +701,33 @@ bool attention_paged_kv(const float* q, const KvT* const* pages, int page_shift,
   return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
+// The spans' tiles (keys) and value tiles of every KV head, as tables: the kernel reads a key block's tiles through
+// them and value row j at v_tiles[j >> 4] + (j & 15) * head_dim (PagedRows with pages of 16 rows).
 template <typename KvT>
-bool attention_tiled_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride, const uint8_t* visible,
-                        float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+bool attention_tiled_kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                        int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  const int n_tiles = (n_kv + kTileKeys - 1) / kTileKeys;
+  thread_local std::vector<const KvT*> tables;  // [2 (keys, values), n_kv_heads, n_tiles]; the calling thread's
+  tables.resize(size_t(2) * n_kv_heads * n_tiles);
+  const KvT** k_tables = tables.data();
+  const KvT** v_tables = k_tables + size_t(n_kv_heads) * n_tiles;
+  const size_t tile_elems = size_t(kTileKeys) * head_dim;
+  for (int sp = 0; sp < n_spans; ++sp) {
+    const int t0 = spans[sp].first_row / kTileKeys;
+    const int t1 = sp + 1 < n_spans ? spans[sp + 1].first_row / kTileKeys : n_tiles;
+    for (int g = 0; g < n_kv_heads; ++g) {
+      const size_t head = size_t(g) * size_t(spans[sp].head_stride);
+      const KvT* k = static_cast<const KvT*>(spans[sp].k) + head;
+      const KvT* v = static_cast<const KvT*>(spans[sp].v) + head;
+      for (int t = t0; t < t1; ++t) {
+        k_tables[size_t(g) * n_tiles + t] = k + size_t(t - t0) * tile_elems;
+        v_tables[size_t(g) * n_tiles + t] = v + size_t(t - t0) * tile_elems;
+      }
+    }
+  }
   auto rows_of = [&](int kvh) {
-    const size_t head_offset = size_t(kvh) * size_t(kv_head_stride);
-    return std::pair{KeyTiles<KvT>{k + head_offset}, StridedRows<KvT>{v + head_offset, size_t(head_dim)}};
+    const size_t at = size_t(kvh) * n_tiles;
+    return std::pair{KeyTiles<KvT>{k_tables + at}, PagedRows<KvT>{v_tables + at, 0, 4, size_t(head_dim)}};
   };
   return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
@@ -718,15 +762,15 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                             n_heads, n_kv_heads, head_dim, scale);
 }
 
-// K in tiles of 16 keys, V in head-major rows (see ops.h, attention_tiled): f32, or bf16 bits.
-bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  return attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+// K/V in spans of tiles (see ops.h, attention_tiled): f32, or bf16 bits.
+bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  return attention_tiled_kv<float>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
-bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale) {
-  return attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  return attention_tiled_kv<uint16_t>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
+                                      scale);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

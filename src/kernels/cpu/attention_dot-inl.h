@@ -74,20 +74,22 @@ TS_SIMD inline BH interleave_rows(const uint16_t* a, const uint16_t* b, __m512i 
 
 // score_tile with bf16 pairs: q2[x] = round_query_pairs of pair x.
 template <int kQ, int kT>
-TS_SIMD void score_tile_dot(const uint32_t* const* q2, float* const* s, const uint16_t* tiles, int tb, int j0, int j1,
-                            int head_dim, float scale) {
+TS_SIMD void score_tile_dot(const uint32_t* const* q2, float* const* s, const uint16_t* const* tiles, int tb, int j0,
+                            int j1, int head_dim, float scale) {
   V acc[kQ][kT];
 #pragma GCC unroll 8
   for (int x = 0; x < kQ; ++x)
 #pragma GCC unroll 4
     for (int t = 0; t < kT; ++t) acc[x][t] = zero();
-  const size_t tile_elems = size_t(head_dim) * kTileKeys;
+  const uint16_t* tile[kT];
+#pragma GCC unroll 4
+  for (int t = 0; t < kT; ++t) tile[t] = tiles[t];
   const __m512i index = pair_interleave_index();
   for (int d = 0; d < head_dim; d += 2) {
     BH k[kT];  // 16 keys' (k[d], k[d + 1]) pairs per tile
 #pragma GCC unroll 4
     for (int t = 0; t < kT; ++t) {
-      const uint16_t* rows = tiles + size_t(t) * tile_elems + size_t(d) * kTileKeys;  // rows d, d + 1: [2][16]
+      const uint16_t* rows = tile[t] + size_t(d) * kTileKeys;  // rows d, d + 1: [2][16]
       k[t] = interleave_rows(rows, rows + kTileKeys, index);
     }
 #pragma GCC unroll 8
@@ -103,8 +105,8 @@ TS_SIMD void score_tile_dot(const uint32_t* const* q2, float* const* s, const ui
 // score_tile_dot as score_block's policy: q as round_query_pairs' bf16 pairs.
 struct DotScores {
   template <int kQ, int kT>
-  TS_SIMD static void tile(const uint32_t* const* q2, float* const* s, const uint16_t* tiles, int tb, int j0, int j1,
-                           int head_dim, float scale) {
+  TS_SIMD static void tile(const uint32_t* const* q2, float* const* s, const uint16_t* const* tiles, int tb, int j0,
+                           int j1, int head_dim, float scale) {
     score_tile_dot<kQ, kT>(q2, s, tiles, tb, j0, j1, head_dim, scale);
   }
 };

@@ -78,7 +78,7 @@ KernelTable scalar_entries(const QgemmTable* qgemm) {
   t.attention_paged = scalar::attention_paged;
   t.attention_paged_bf16kv = scalar::attention_paged;
   t.attention_tiled = scalar::attention_tiled;
-  t.attention_tiled_bf16kv = scalar::attention_tiled;
+  t.attention_tiled_bf16kv = scalar::attention_tiled_bf16kv;
   t.widen_row = scalar::widen_row;
   t.scaled_max = scalar::scaled_max;
   t.exp_normalize = scalar::exp_normalize;
@@ -111,7 +111,7 @@ KernelTable avx2_entries(const QgemmTable* qgemm) {
   t.attention_paged = avx2::attention_paged;
   t.attention_paged_bf16kv = avx2::attention_paged;
   t.attention_tiled = avx2::attention_tiled;
-  t.attention_tiled_bf16kv = avx2::attention_tiled;
+  t.attention_tiled_bf16kv = avx2::attention_tiled_bf16kv;
   t.widen_row = avx2::widen_row;
   t.scaled_max = avx2::scaled_max;
   t.exp_normalize = avx2::exp_normalize;
@@ -143,7 +143,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
   t.attention_paged = avx512::attention_paged;
   t.attention_paged_bf16kv = avx512::attention_paged;
   t.attention_tiled = avx512::attention_tiled;
-  t.attention_tiled_bf16kv = avx512::attention_tiled;
+  t.attention_tiled_bf16kv = avx512::attention_tiled_bf16kv;
   t.widen_row = avx512::widen_row;
   t.scaled_max = avx512::scaled_max;
   t.exp_normalize = avx512::exp_normalize;
@@ -171,7 +171,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
     t.attention_paged = avx512bf16::attention_paged;
     t.attention_paged_bf16kv = avx512bf16::attention_paged;
     t.attention_tiled = avx512bf16::attention_tiled;
-    t.attention_tiled_bf16kv = avx512bf16::attention_tiled;
+    t.attention_tiled_bf16kv = avx512bf16::attention_tiled_bf16kv;
   }
   return t;
 }

@@ -14,6 +14,7 @@
 
 #include "core/cpu.h"
 #include "kernels/cpu/qgemm.h"
+#include "kernels/kv_span.h"
 #include "kernels/quant.h"
 
 namespace ts::kernels::cpu {
@@ -57,12 +58,10 @@ struct KernelTable {
   bool (*attention_paged_bf16kv)(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset,
                                  int64_t v_offset, int64_t page_head_stride, const uint8_t* visible, float* out,
                                  int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
-  bool (*attention_tiled)(const float* q, const float* k, const float* v, int64_t kv_head_stride,
-                          const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
-                          int head_dim, float scale) = nullptr;
-  bool (*attention_tiled_bf16kv)(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                                 const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads,
-                                 int head_dim, float scale) = nullptr;
+  bool (*attention_tiled)(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                          int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
+  bool (*attention_tiled_bf16kv)(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                                 int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
   // One embedding row: src: [dim] bf16 (is_bf16) or f16 bits -> dst: [dim] f32.
   void (*widen_row)(const uint16_t* src, bool is_bf16, int dim, float* dst) = nullptr;
   float (*scaled_max)(const float* logits, int n, float scale) = nullptr;

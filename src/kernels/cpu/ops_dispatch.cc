@@ -141,30 +141,39 @@ void attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                 visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
-namespace {
-template <typename KvT, typename Kernel>
-void checked_tiled(Kernel kernel, const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride,
-                   const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                   float scale) {
-  TS_CHECK(kv_head_stride >= int64_t((n_kv + 15) / 16) * 16 * head_dim,
-           "attention_tiled: kv_head_stride ", kv_head_stride, " below ", n_kv, " keys rounded up to tiles of 16");
-  checked_attention(head_dim, kv_head_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
-    return kernel(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention_tiled: K/V dtype must be F32 or BF16, got ",
+           dtype_name(kv_dtype));
+  TS_CHECK(n_spans > 0 && spans[0].first_row == 0, "attention_tiled: the first span must start at row 0");
+  int64_t min_stride = 0;  // the smallest head stride the spans use (the shape check's stride bound)
+  for (int s = 0; s < n_spans; ++s) {
+    const int first = spans[s].first_row, end = s + 1 < n_spans ? spans[s + 1].first_row : n_kv;
+    TS_CHECK(first % 16 == 0 && first < end, "attention_tiled: span ", s, " starts at row ", first,
+             " (spans must start on a tile of 16 rows, in increasing order, below n_kv = ", n_kv, ")");
+    TS_CHECK(spans[s].head_stride >= int64_t((end - first + 15) / 16) * 16 * head_dim, "attention_tiled: span ", s,
+             "'s head stride ", spans[s].head_stride, " is below its ", end - first,
+             " rows rounded up to tiles of 16");
+    min_stride = s == 0 ? spans[s].head_stride : std::min(min_stride, spans[s].head_stride);
+  }
+  const auto kernel =
+      kv_dtype == DType::BF16 ? active_kernels().attention_tiled_bf16kv : active_kernels().attention_tiled;
+  checked_attention(head_dim, min_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
+    return kernel(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
   });
 }
-}  // namespace
 
 void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
                      float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  checked_tiled(active_kernels().attention_tiled, q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads,
-                n_kv_heads, head_dim, scale);
+  const KVSpan span{k, v, kv_head_stride, 0};
+  attention_tiled(q, &span, 1, DType::F32, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
 void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
                      const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
                      float scale) {
-  checked_tiled(active_kernels().attention_tiled_bf16kv, q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads,
-                n_kv_heads, head_dim, scale);
+  const KVSpan span{k, v, kv_head_stride, 0};
+  attention_tiled(q, &span, 1, DType::BF16, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
 void embed_rows(const void* table, DType dtype, int vocab, int dim, const int32_t* ids, int rows, float* out) {

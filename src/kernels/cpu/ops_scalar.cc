@@ -70,16 +70,15 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
   return true;
 }
 
-bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  ref::attention_tiled(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  ref::attention_tiled(q, spans, n_spans, DType::F32, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
   return true;
 }
 
-bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale) {
-  ref::attention_tiled(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  ref::attention_tiled(q, spans, n_spans, DType::BF16, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
   return true;
 }
 

@@ -160,30 +160,38 @@ void attention_paged(const float* q, const uint16_t* const* pages, int page_shif
 }
 
 namespace {
-// The tiled keys gathered into head-major rows (values are head-major already), then the strided reference.
+// The spans' rows gathered into head-major rows (keys out of their tiles), then the strided reference.
 template <typename KvT>
-void attention_tiled_kv(const float* q, const KvT* k, const KvT* v, int64_t kv_head_stride, const uint8_t* visible,
-                        float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  TS_CHECK(n_kv > 0 && n_kv_heads > 0 && head_dim > 0, "attention_tiled: bad shape");
-  std::vector<KvT> rows(size_t(n_kv_heads) * kv_head_stride);  // [kv_heads, kv_head_stride]: keys as rows
-  for (int g = 0; g < n_kv_heads; ++g)
-    for (int j = 0; j < n_kv; ++j)
-      for (int d = 0; d < head_dim; ++d)
-        rows[size_t(g) * kv_head_stride + size_t(j) * head_dim + d] =
-            k[size_t(g) * kv_head_stride + size_t(j >> 4) * 16 * head_dim + size_t(d) * 16 + (j & 15)];
-  attention_kv(q, rows.data(), v, int64_t(head_dim), kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads,
-               head_dim, scale);
+void attention_tiled_kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                        int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+  TS_CHECK(n_kv > 0 && n_kv_heads > 0 && head_dim > 0 && n_spans > 0, "attention_tiled: bad shape");
+  const size_t head_rows = size_t(n_kv) * head_dim;
+  std::vector<KvT> k_rows(size_t(n_kv_heads) * head_rows), v_rows(k_rows.size());  // [kv_heads, n_kv, head_dim]
+  for (int s = 0; s < n_spans; ++s) {
+    const int first = spans[s].first_row, end = s + 1 < n_spans ? spans[s + 1].first_row : n_kv;
+    const KvT* k = static_cast<const KvT*>(spans[s].k);
+    const KvT* v = static_cast<const KvT*>(spans[s].v);
+    for (int g = 0; g < n_kv_heads; ++g)
+      for (int j = first; j < end; ++j) {
+        const int r = j - first;
+        const size_t head = size_t(g) * spans[s].head_stride, to = size_t(g) * head_rows + size_t(j) * head_dim;
+        for (int d = 0; d < head_dim; ++d) {
+          k_rows[to + d] = k[head + size_t(r >> 4) * 16 * head_dim + size_t(d) * 16 + (r & 15)];
+          v_rows[to + d] = v[head + size_t(r) * head_dim + d];
+        }
+      }
+  }
+  attention_kv(q, k_rows.data(), v_rows.data(), int64_t(head_dim), int64_t(head_rows), visible, out, n_q, n_kv,
+               n_heads, n_kv_heads, head_dim, scale);
 }
 }  // namespace
 
-void attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
+void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
                      float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
-}
-void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale) {
-  attention_tiled_kv(q, k, v, kv_head_stride, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+  if (kv_dtype == DType::BF16)
+    attention_tiled_kv<uint16_t>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+  else
+    attention_tiled_kv<float>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
 }
 
 void attention_strided(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_span.h"
+
 namespace ts::kernels::cpu {
 
 namespace scalar {
@@ -28,11 +30,10 @@ bool attention_paged(const float* q, const float* const* pages, int page_shift, 
 bool attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
-bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
-bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale);
+bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
 }  // namespace scalar
 
 namespace avx2 {
@@ -62,11 +63,10 @@ bool attention_paged(const float* q, const float* const* pages, int page_shift, 
 bool attention_paged(const float* q, const uint16_t* const* pages, int page_shift, int64_t k_offset, int64_t v_offset,
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
-bool attention_tiled(const float* q, const float* k, const float* v, int64_t kv_head_stride, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
-bool attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_head_stride,
-                     const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
-                     float scale);
+bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
 }  // namespace avx512bf16
 
 namespace amx {

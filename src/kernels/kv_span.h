@@ -1,0 +1,21 @@
+// A run of one layer's key/value rows in the layout attention_tiled reads (kernels/ops.h). A sequence's rows may sit
+// in several runs: blocks of a prefix shared read-only with other sequences, then the sequence's own rows.
+#pragma once
+
+#include <cstdint>
+
+namespace ts::kernels {
+
+// Rows [first_row, the next span's first_row (or n_kv for the last span)) of every KV head, f32 or bf16 bits (the
+// call says which). For KV head g, key row first_row + r's element d at
+//   k + g * head_stride + (r >> 4) * 16 * head_dim + d * 16 + (r & 15)   (tiles of 16 keys, keys in lanes)
+// and value row first_row + r at v + g * head_stride + r * head_dim. first_row is a multiple of 16 (whole tiles),
+// and K must be readable up to the span's rows rounded up to 16 (those lanes are computed and dropped).
+struct KVSpan {
+  const void* k = nullptr;  // [kv_heads][head_stride] of which [rows / 16 (rounded up)][head_dim][16] used
+  const void* v = nullptr;  // [kv_heads][head_stride] of which [rows][head_dim] used
+  int64_t head_stride = 0;  // elements between KV heads g and g + 1, keys and values
+  int first_row = 0;
+};
+
+}  // namespace ts::kernels
