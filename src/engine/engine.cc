@@ -6,6 +6,7 @@
 #include <functional>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 #include "core/timer.h"
 #include "engine/engine_live.h"
@@ -81,7 +82,9 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   metrics_.kv_budget_bytes = config_.kv_budget_bytes;
   if (config_.prefix_cache) {
     const int b = config_.prefix_block_tokens;
-    TS_CHECK(b >= 1 && b <= 4096, "prefix_block_tokens must be in [1, 4096], got ", b);
+    // Requests read blocks in place, as spans of the attention kernel's key tiles of 16 rows.
+    TS_CHECK(b >= 16 && b <= 4096 && b % 16 == 0, "prefix_block_tokens must be a multiple of 16 in [16, 4096], got ",
+             b);
     // Whatever changes a block's rows besides its tokens: the models' weights and shapes and the caches' dtypes.
     const KVCache target_rows = target_.new_cache(1);
     std::string identity = cat(t.architecture, ' ', t.num_layers, ' ', t.hidden_size, ' ', t.vocab_size, ' ',
@@ -89,9 +92,21 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
     if (drafter_)
       identity += cat(" drafter ", drafter_->weight_format(), ' ', dtype_name(drafter_->new_state(1).context.dtype()),
                       ' ', drafter_->config().num_layers, ' ', drafter_->block_size());
-    prefix_cache_ = std::make_unique<PrefixCache>(b, std::hash<std::string>{}(identity));
+    const int64_t slots = budget_rows / b;
+    prefix_cache_ = std::make_unique<PrefixCache>(b, std::hash<std::string>{}(identity), slots);
+    const int pool_rows = int(std::min<int64_t>(slots * b, int64_t(1) << 30));
+    if (pool_rows > 0) {
+      target_pool_ = target_.new_cache(pool_rows);
+      target_pool_.begin_append(pool_rows);  // allocates, touches nothing but the last tile's spare lanes (none)
+      target_pool_.commit_all();
+      if (drafter_) {
+        drafter_pool_ = drafter_->new_state(pool_rows).context;
+        drafter_pool_.begin_append(pool_rows);
+        drafter_pool_.commit_all();
+      }
+    }
     metrics_.prefix_cache_block_tokens = b;
-    metrics_.prefix_cache_capacity_blocks = budget_rows / b;
+    metrics_.prefix_cache_capacity_blocks = slots;
   }
   metrics_.spec_decode_num_accepted_tokens_per_pos.assign(std::max(0, sc.block_size), 0);
 }
@@ -227,54 +242,68 @@ void Engine::refresh_cached_prefixes() {
   const double t0 = now_ms();
   const int b = prefix_cache_->block_tokens();
   int looked = 0;
+  std::unordered_set<const PrefixCache::Block*> claimed;  // unpinned blocks an earlier waiting request would pin
   for (sched::SeqView& s : sched_.seqs) {
     if (s.cancelled) continue;
     Live& live = *live_.at(s.id);
     if (s.phase == sched::Phase::Waiting) {
       if (looked++ == config_.max_batch) break;  // admission stops earlier
-      s.prefilled = s.context_len = int(cache_hit(live).size()) * b;
+      const std::vector<const PrefixCache::Block*> hit = cache_hit(live);
+      s.prefilled = s.context_len = int(hit.size()) * b;
+      // Blocks pinned already are counted once in shared_rows; the others count as the rows of the first waiting
+      // request that would pin them (admission goes in this order and stops at the first that does not fit).
+      int free_blocks = 0;
+      for (const PrefixCache::Block* block : hit) free_blocks += block->refs > 0 || !claimed.insert(block).second;
+      s.reserve_rows = live.reserve_rows - free_blocks * b;
     } else if (s.phase == sched::Phase::Prefill && !live.prefill_started && !live.done()) {
       // Admitted beside a request that shares its prefix and is prefilling it now (a burst of requests with one
       // system prompt): the blocks that request stored since take this one's prefill further. Its cache holds
-      // only copied blocks so far; the new ones follow them.
+      // only shared blocks so far; the new ones follow them.
       const std::vector<const PrefixCache::Block*> hit = cache_hit(live);
       const int held = live.cache.length() / b;
       if (int(hit.size()) <= held) continue;
       const std::vector<const PrefixCache::Block*> more(hit.begin() + held, hit.end());
-      prefix_cache_->acquire(more);
       try {
-        import_blocks(live, more);
+        share_blocks(live, more);
       } catch (const std::exception& e) {
         fail(live, e.what());
       }
-      prefix_cache_->release(more);
       s.prefilled = s.context_len = live.cache.length();
+      s.reserve_rows = live.reserve_rows - live.cache.shared_rows();
     }
   }
+  sched_.shared_rows = prefix_cache_->pinned_rows();
   metrics_.prefix_cache_ms_total += now_ms() - t0;
 }
 
-void Engine::import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
+void Engine::share_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks) {
   const int b = prefix_cache_->block_tokens();
-  const double t0 = now_ms();
-  for (const PrefixCache::Block* block : blocks) {  // admit() made room for the whole prompt
-    live.cache.import_rows(b, block->target_rows.data());
-    if (live.speculative) live.drafter_state.context.import_rows(b, block->drafter_rows.data());
+  // Pinned before the caches point into them; released when the request leaves (forget), whatever happens here.
+  prefix_cache_->acquire(blocks);
+  live.shared_blocks.insert(live.shared_blocks.end(), blocks.begin(), blocks.end());
+  for (const PrefixCache::Block* block : blocks) {
+    live.cache.share_rows(target_pool_, block->slot * b, b);
+    if (live.speculative) live.drafter_state.context.share_rows(drafter_pool_, block->slot * b, b);
   }
-  metrics_.prefix_cache_copy_ms_total += now_ms() - t0;
   live.stats.cached_prompt_tokens = live.cache.length();
   metrics_.prefix_cache_hits += int64_t(blocks.size()) * b;
+}
+
+void Engine::forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it) {
+  if (prefix_cache_) prefix_cache_->release(it->second->shared_blocks);
+  live_.erase(it);
 }
 
 int64_t Engine::prefix_cache_limit_rows(const Live* leaving) const {
   int64_t reserved = 0;
   for (const auto& [id, live] : live_)
-    if (live->admitted && live.get() != leaving) reserved += live->reserve_rows;
+    if (live->admitted && live.get() != leaving) reserved += live->reserve_rows - live->cache.shared_rows();
   return std::max<int64_t>(0, sched_.config.kv_budget_rows - reserved);
 }
 
 void Engine::admit_all(const std::vector<RequestId>& ids) {
-  // Pin every hit, make room for the new reservations (pinned blocks stay), copy, unpin, make room again.
+  // Pin every hit, make room for the new reservations (pinned blocks stay), share the hits (each request pins its
+  // own), unpin the admission's pins, make room again.
   const double t0 = now_ms();
   double own_caches_ms = 0;  // allocating the requests' own caches: not the prefix cache's work
   std::vector<std::vector<const PrefixCache::Block*>> hits(ids.size());
@@ -306,25 +335,28 @@ double Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& h
   const double t0 = now_ms();
   live.cache = target_.new_cache(live.reserve_rows);
   if (live.speculative) live.drafter_state = drafter_->new_state(live.context_rows);  // + block_size rows
-  // Room for the whole prompt and the first decode rounds now: the caches otherwise grow by doubling, and each growth
-  // allocates (fresh pages: as slow as the copy on a VM) and copies every row so far. A chat turn whose history came
-  // from the prefix cache grew right after the import, in its first-token step (13 ms of 80 at 850 rows here).
-  const int first_rows = int(live.request.prompt.size()) + kFirstDecodeRows;
-  live.cache.reserve(first_rows);  // clamped to reserve_rows
-  if (live.speculative) live.drafter_state.context.reserve(first_rows);
-  const double alloc_ms = now_ms() - t0;
-  live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
-  live.stats.queue_ms = now_ms() - live.t_add_ms;
+  double alloc_ms = now_ms() - t0;
   const int prompt = int(live.request.prompt.size());
   metrics_.prompt_tokens += prompt;
-  if (!prefix_cache_) return alloc_ms;
-  metrics_.prefix_cache_queries += prompt;
-  import_blocks(live, hit);
-  const sched::SeqView* view = nullptr;
-  for (const sched::SeqView& s : sched_.seqs)
-    if (s.id == live.id) view = &s;
-  TS_CHECK(view && view->prefilled == live.cache.length(), "prefix cache: request ", live.id, " planned from ",
-           view ? view->prefilled : -1, " cached tokens, found ", live.cache.length());
+  if (prefix_cache_) {
+    metrics_.prefix_cache_queries += prompt;
+    share_blocks(live, hit);
+    sched::SeqView* view = nullptr;
+    for (sched::SeqView& s : sched_.seqs)
+      if (s.id == live.id) view = &s;
+    TS_CHECK(view && view->prefilled == live.cache.length(), "prefix cache: request ", live.id, " planned from ",
+             view ? view->prefilled : -1, " cached tokens, found ", live.cache.length());
+    view->reserve_rows = live.reserve_rows - live.cache.shared_rows();  // its own rows; the shared ones are pinned
+  }
+  // Room for the rest of the prompt and the first decode rounds now: the caches otherwise grow by doubling, and each
+  // growth allocates (fresh pages: as slow as the copy on a VM) and copies every row so far.
+  const double t1 = now_ms();
+  const int first_rows = prompt + kFirstDecodeRows;
+  live.cache.reserve(first_rows);  // clamped to reserve_rows; the shared rows take no room
+  if (live.speculative) live.drafter_state.context.reserve(first_rows);
+  alloc_ms += now_ms() - t1;
+  live.chooser = std::make_unique<RandomChooser>(live.request.options.sampling.seed);
+  live.stats.queue_ms = now_ms() - live.t_add_ms;
   return alloc_ms;
 }
 
@@ -347,19 +379,15 @@ void Engine::store_prefix(Live& live) {
   const int b = prefix_cache_->block_tokens();
   const int drafter_rows = live.speculative ? live.drafter_state.context.length() : 0;
   double copy_ms = 0;
-  auto target = [&](int i, std::vector<uint8_t>& out) {
+  auto target = [&](int i, int slot) {
     const double t = now_ms();
-    out.resize(size_t(b) * live.cache.bytes_per_row());
-    live.cache.export_rows(i * b, b, out.data());
+    target_pool_.overwrite_rows(slot * b, b, live.cache, i * b);
     copy_ms += now_ms() - t;
-    return true;
   };
-  auto drafter = [&](int i, std::vector<uint8_t>& out) {
+  auto drafter = [&](int i, int slot) {
     if ((i + 1) * b > drafter_rows) return false;
     const double t = now_ms();
-    const KVCache& c = live.drafter_state.context;
-    out.resize(size_t(b) * c.bytes_per_row());
-    c.export_rows(i * b, b, out.data());
+    drafter_pool_.overwrite_rows(slot * b, b, live.drafter_state.context, i * b);
     copy_ms += now_ms() - t;
     return true;
   };
@@ -469,8 +497,10 @@ StepReport Engine::step() {
   }
   sched::update(sched_, plan, outcomes);
   for (RequestId id : plan.evict) {
-    if (live_.count(id)) ++metrics_.requests_finished[int(FinishReason::Cancelled)];
-    live_.erase(id);
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    ++metrics_.requests_finished[int(FinishReason::Cancelled)];
+    forget(it);
   }
   for (const sched::SeqOutcome& o : outcomes) {
     metrics_.prompt_tokens_computed += o.prefilled;
@@ -478,7 +508,7 @@ StepReport Engine::step() {
     auto it = live_.find(o.id);
     if (it == live_.end()) continue;
     ++metrics_.requests_finished[int(it->second->finish)];
-    live_.erase(it);
+    forget(it);
   }
   sched_ms += now_ms() - t_update;
   report.schedule_ms = sched_ms;
@@ -526,7 +556,9 @@ EngineMetrics Engine::metrics() const {
   m.num_requests_waiting = num_waiting();
   m.num_requests_running = num_running();
   int64_t used = 0;
-  for (const auto& [id, live] : live_) used += live->cache.length() + live->cache.pending();
+  // Own rows of every request, and the shared blocks they read once.
+  for (const auto& [id, live] : live_) used += live->cache.length() + live->cache.pending() - live->cache.shared_rows();
+  if (prefix_cache_) used += prefix_cache_->pinned_rows();
   const double budget = double(sched_.config.kv_budget_rows);
   m.tree_node_ms = node_work_ms_.estimate();
   m.kv_cache_usage_perc = budget > 0 ? double(used) / budget : 0;

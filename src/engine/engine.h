@@ -64,9 +64,11 @@ struct EngineConfig {
   // alone under the same curve.
   bool deterministic_trees = false;
   // The prefix cache (engine/prefix_cache.h): a request whose prompt starts with blocks of tokens that an earlier
-  // request's context held (a shared system prompt, the previous turns of a chat) copies their target KV rows and
-  // drafter context rows instead of computing them. Blocks of prefix_block_tokens tokens; they live in the KV
-  // budget beside the admitted requests' reservations and are evicted least recently used to make room.
+  // request's context held (a shared system prompt, the previous turns of a chat) reads their target KV rows and
+  // drafter context rows in place instead of computing them. Blocks of prefix_block_tokens tokens (a multiple of
+  // 16: blocks are read as the attention kernel's key tiles); they live in the KV budget beside the admitted
+  // requests' own reservations, counted once however many requests read them, and unpinned blocks are evicted least
+  // recently used to make room.
   bool prefix_cache = true;
   int prefix_block_tokens = 16;
   // Edge calibration per temperature (a request's options.calibration overrides it).
@@ -124,7 +126,7 @@ class Engine {
 
   struct Item;   // one request's work in a step (engine_run.cc)
 
-  // Admission of the plan's requests: each gets its caches, with the rows of its prefix-cache hit copied in.
+  // Admission of the plan's requests: each gets its caches, reading the rows of its prefix-cache hit in place.
   void admit_all(const std::vector<RequestId>& ids);
   // Returns the milliseconds spent allocating the request's own caches (work the prefix cache does not add).
   double admit(Live& live, const std::vector<const PrefixCache::Block*>& hit);
@@ -132,7 +134,10 @@ class Engine {
   // storing a request's whole blocks (after its prompt, and when it ends), and the row limit it keeps to.
   std::vector<const PrefixCache::Block*> cache_hit(const Live& live) const;
   void refresh_cached_prefixes();
-  void import_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks);  // after its rows
+  // Pins blocks for the request and appends their rows to its caches as shared rows (before any of its own).
+  void share_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks);
+  // A request leaves the engine: its shared blocks are unpinned, its state freed.
+  void forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it);
   void store_prefix(Live& live);
   int64_t prefix_cache_limit_rows(const Live* leaving) const;
   // Executes the plan's model work (engine_run.cc): fills one outcome per request that took part.
@@ -171,6 +176,11 @@ class Engine {
   EngineMetrics metrics_;
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<PrefixCache> prefix_cache_;  // null when off
+  // The prefix cache's rows: slot s of the cache holds rows [s b, (s + 1) b) of each pool (b = block tokens), written
+  // by store_prefix and read in place by the requests that share them. Allocated whole when the cache is on (pages
+  // are touched as slots fill); never grown, so the requests' spans into them stay valid.
+  KVCache target_pool_;   // [slots * b rows] of the target's KV
+  KVCache drafter_pool_;  // [slots * b rows] of the drafter's context (with a drafter)
 };
 
 }  // namespace ts

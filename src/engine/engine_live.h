@@ -30,6 +30,9 @@ struct Engine::Live {
 
   // Allocated at admission.
   KVCache cache;                 // target KV: committed rows = prompt + generated tokens fed back
+  // Prefix-cache blocks whose rows its caches read in place (KVCache::share_rows), in order; pinned (acquired) until
+  // the request leaves the engine (Engine::forget).
+  std::vector<const PrefixCache::Block*> shared_blocks;
   DrafterState drafter_state;
   std::unique_ptr<RandomChooser> chooser;
 

@@ -74,9 +74,9 @@ struct EngineMetrics {
   // Prefix cache (engine/prefix_cache.h), in tokens as vLLM counts them: the prompt tokens of admitted requests
   // (queries) and those whose KV rows came from the cache (hits). 0 with the cache off.
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
-  // Wall time of the prefix cache's own work (lookups, copying rows in and out, eviction), within step_ms_total.
+  // Wall time of the prefix cache's own work (lookups, copying rows into its pool, eviction), within step_ms_total.
   double prefix_cache_ms_total = 0;
-  double prefix_cache_copy_ms_total = 0;  // of which copying rows into requests' caches and out into blocks
+  double prefix_cache_copy_ms_total = 0;  // of which copying requests' rows into the pool (requests read it in place)
   int64_t generation_tokens = 0;  // tokens emitted (vLLM generation_tokens_total)
   int64_t requests_finished[5] = {0, 0, 0, 0, 0};  // indexed by FinishReason
   int64_t spec_decode_num_drafts = 0;           // speculative rounds

@@ -1,5 +1,6 @@
 #include "engine/prefix_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,8 +26,41 @@ uint64_t block_name(uint64_t parent, const int32_t* tokens, int n) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(int block_tokens, uint64_t salt) : block_tokens_(block_tokens), salt_(salt) {
+PrefixCache::PrefixCache(int block_tokens, uint64_t salt, int64_t slots)
+    : block_tokens_(block_tokens), salt_(salt), slots_(slots) {
   TS_CHECK(block_tokens >= 1, "prefix cache: block_tokens must be >= 1, got ", block_tokens);
+  TS_CHECK(slots >= 0 && slots <= (int64_t(1) << 31) / block_tokens, "prefix cache: bad slot count ", slots);
+  if (slots > 0) free_runs_[0] = slots;
+}
+
+int64_t PrefixCache::take_slot(int64_t after, int run) {
+  if (free_runs_.empty()) return -1;
+  auto pick = free_runs_.end();
+  if (after >= 0) pick = free_runs_.find(after + 1);  // free and right after: a run starts there
+  for (auto it = free_runs_.begin(); pick == free_runs_.end() && it != free_runs_.end(); ++it)
+    if (it->second >= run) pick = it;
+  if (pick == free_runs_.end())
+    pick = std::max_element(free_runs_.begin(), free_runs_.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; });
+  const auto [slot, length] = *pick;
+  free_runs_.erase(pick);
+  if (length > 1) free_runs_[slot + 1] = length - 1;
+  return slot;
+}
+
+void PrefixCache::free_slot(int64_t slot) {
+  int64_t first = slot, length = 1;
+  auto next = free_runs_.find(slot + 1);
+  if (next != free_runs_.end()) {
+    length += next->second;
+    free_runs_.erase(next);
+  }
+  auto prev = free_runs_.lower_bound(slot);
+  if (prev != free_runs_.begin() && (--prev)->first + prev->second == slot) {
+    first = prev->first;
+    length += prev->second;
+  }
+  free_runs_[first] = length;
 }
 
 std::vector<uint64_t> PrefixCache::chain(const int32_t* tokens, int n) const {
@@ -54,7 +88,7 @@ std::vector<const PrefixCache::Block*> PrefixCache::match(const int32_t* tokens,
     auto it = blocks_.find(chain[i]);
     if (it == blocks_.end()) break;
     const Block& b = it->second;
-    if (b.parent_serial != parent_serial || (need_drafter && b.drafter_rows.empty()) ||
+    if (b.parent_serial != parent_serial || (need_drafter && !b.has_drafter) ||
         !std::equal(b.tokens.begin(), b.tokens.end(), tokens + int64_t(i) * block_tokens_))
       break;
     hit.push_back(&b);
@@ -74,7 +108,7 @@ void PrefixCache::acquire(const std::vector<const Block*>& blocks) {
   clock_ = stamp + 1;
   for (size_t i = 0; i < blocks.size(); ++i) {
     Block& b = *find(blocks[i]->name);
-    ++b.refs;
+    if (b.refs++ == 0) pinned_blocks_ += 1;
     touch(b, stamp - i);
   }
 }
@@ -83,15 +117,18 @@ void PrefixCache::release(const std::vector<const Block*>& blocks) {
   for (const Block* c : blocks) {
     Block& b = *find(c->name);
     TS_CHECK(b.refs > 0, "prefix cache: release of an unpinned block");
-    --b.refs;
+    if (--b.refs == 0) pinned_blocks_ -= 1;
   }
 }
 
 PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens,
-                                        int64_t max_rows) {
+                                        int64_t max_rows, int run) {
   evict_to(max_rows - block_tokens_);
   if (rows() + block_tokens_ > max_rows) return nullptr;
+  const int64_t slot = take_slot(parent ? parent->slot : -1, run);
+  if (slot < 0) return nullptr;
   Block& b = blocks_[name];
+  b.slot = int(slot);
   b.name = name;
   b.serial = next_serial_++;
   b.parent_serial = parent ? parent->serial : 0;
@@ -124,6 +161,7 @@ void PrefixCache::remove(Block& b) {
   }
   events_.back().block_hashes.push_back(b.name);
   lru_.erase({b.last_use, b.serial});
+  free_slot(b.slot);
   blocks_.erase(b.name);
 }
 
@@ -140,6 +178,8 @@ void PrefixCache::clear() {
   const bool had = !blocks_.empty();
   blocks_.clear();
   lru_.clear();
+  free_runs_.clear();
+  if (slots_ > 0) free_runs_[0] = slots_;
   if (had) {
     events_.emplace_back();
     events_.back().kind = KvCacheEvent::Kind::AllBlocksCleared;

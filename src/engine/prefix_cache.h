@@ -5,16 +5,19 @@
 // the hash chain of its tokens: hash(block i) = H(hash(block i - 1) or the cache's salt, tokens of block i), so equal
 // names mean equal prefixes up to and including the block, and one different token changes the name of its block
 // and of every block after it. The salt carries what else changes the rows (the weight format, the KV dtypes).
-// A block holds the target's KV rows of its tokens and, once a speculating request stored it, the drafter's context
-// rows of the same tokens (both opaque bytes in KVCache::export_rows' layout).
+// A block's rows live in a slot of the engine's block pools (one for the target's KV rows, one for the drafter's
+// context rows, which a block has once a speculating request stored it): slot s holds rows [s, s + 1) x block_tokens
+// of each pool. The cache hands out slots and the engine copies rows in and reads them in place. A prefix's blocks
+// are put in consecutive slots where they can be (the slot after the block before it, else the first run of free
+// slots long enough for the blocks being stored), so a request reads a cached prefix as a few long runs of rows.
 //
 // Names are 64-bit and not secret, so a crafted prompt could collide with another's block: a block matches only if
 // its stored tokens equal the query's, and its parent is the very entry matched for the block before (by serial
 // number, not by name), so a collision costs a miss, never a wrong row.
 //
-// Blocks are read by admission (copied into the admitted request's own cache), pinned while that happens
-// (acquire/release: a pinned block is never evicted), and evicted least recently used otherwise; a prefix's later
-// blocks are evicted before its earlier ones. What was stored and removed is queued as vLLM-style events
+// Blocks are read in place by the requests whose prompts start with them (KVCache::share_rows), pinned while any such
+// request lives (acquire/release: a pinned block is never evicted), and evicted least recently used otherwise; a
+// prefix's later blocks are evicted before its earlier ones. What was stored and removed is queued as vLLM-style events
 // (kv_events.h) for prefix-aware routers. Plain data, no model: tests/engine/prefix_cache_test.cc drives it alone.
 #pragma once
 
@@ -37,18 +40,21 @@ class PrefixCache {
     uint64_t parent_serial = 0;         // the entry of the block before; 0 for a prefix's first block
     std::optional<uint64_t> parent_name;
     std::vector<int32_t> tokens;        // [block_tokens]
-    std::vector<uint8_t> target_rows;   // [block_tokens * target bytes per row] (KVCache::export_rows)
-    std::vector<uint8_t> drafter_rows;  // [block_tokens * drafter bytes per row]; empty until a drafter stored it
+    int slot = -1;                      // where its rows are in the pools
+    bool has_drafter = false;           // the drafter pool's slot holds its rows (a speculating request stored it)
     int refs = 0;                       // admissions reading it now (acquire / release)
     uint64_t last_use = 0;              // LRU stamp
   };
 
-  // block_tokens >= 1; salt: identifies the models' weights and KV dtypes (see above).
-  PrefixCache(int block_tokens, uint64_t salt);
+  // block_tokens >= 1; salt: identifies the models' weights and KV dtypes (see above); slots: the pools' size in
+  // blocks (the most blocks held at once).
+  PrefixCache(int block_tokens, uint64_t salt, int64_t slots);
 
   int block_tokens() const { return block_tokens_; }
+  int64_t slots() const { return slots_; }
   int64_t blocks() const { return int64_t(blocks_.size()); }
   int64_t rows() const { return blocks() * block_tokens_; }  // token rows held
+  int64_t pinned_rows() const { return pinned_blocks_ * block_tokens_; }  // rows of blocks acquired now
 
   // The names of the whole blocks of tokens[0, n): [n / block_tokens].
   std::vector<uint64_t> chain(const int32_t* tokens, int n) const;
@@ -58,16 +64,17 @@ class PrefixCache {
   std::vector<const Block*> match(const int32_t* tokens, int n, const std::vector<uint64_t>& chain,
                                   bool need_drafter) const;
 
-  // Pin / unpin matched blocks (refs); acquire also marks them used now (later blocks older, so they go first).
+  // Pin / unpin matched blocks (refs; a block may be pinned by several requests at once); acquire also marks them
+  // used now (later blocks older, so they go first).
   void acquire(const std::vector<const Block*>& blocks);
   void release(const std::vector<const Block*>& blocks);
 
   // Stores the whole blocks of a context: tokens[0, n) with its rows, chain = chain(tokens, n). For block i,
-  // target_rows(i, out) and drafter_rows(i, out) write its rows into the block's buffer (std::vector<uint8_t>&),
-  // called only for rows the cache lacks; drafter_rows returns false when it has none to store (e.g. a request
-  // without a drafter, or blocks past its drafter context). A block already held is marked used (and gains drafter
-  // rows it lacked); storing stops at a name held by different tokens. Before each new block, evicts down to
-  // max_rows - block_tokens rows; when that cannot make room (pinned blocks) the rest is not stored.
+  // target_rows(i, slot) and drafter_rows(i, slot) write its rows into the pools' slot `slot`, called only for rows
+  // the cache lacks; drafter_rows returns false when it has none to store (e.g. a request without a drafter, or
+  // blocks past its drafter context). A block already held is marked used (and gains drafter rows it lacked);
+  // storing stops at a name held by different tokens. Before each new block, evicts down to max_rows - block_tokens
+  // rows; when that cannot make room (pinned blocks, or no free slot) the rest is not stored.
   // Returns the number of new blocks.
   template <typename TargetRows, typename DrafterRows>
   int store(const int32_t* tokens, int n, const std::vector<uint64_t>& chain, int64_t max_rows,
@@ -83,16 +90,24 @@ class PrefixCache {
 
  private:
   Block* find(uint64_t name);
-  // Inserts a new entry without rows (store() fills them); returns null when there is no room.
-  Block* insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows);
+  // Inserts a new entry without rows (store() fills them) in a free slot; returns null when there is no room.
+  // `run`: the blocks this store may still add, this one included (the length of free run it looks for).
+  Block* insert(uint64_t name, const Block* parent, const int32_t* tokens, int64_t max_rows, int run);
+  // A free slot: `after` + 1 when free, else the start of the first free run of at least `run` slots, else of the
+  // longest one; -1 when none is free.
+  int64_t take_slot(int64_t after, int run);
+  void free_slot(int64_t slot);
   void touch(Block& b, uint64_t stamp);
   void note_stored(const Block& b);
   void remove(Block& b);
 
   int block_tokens_;
   uint64_t salt_;
+  int64_t slots_;
+  std::map<int64_t, int64_t> free_runs_;  // free slots: first slot -> run length, runs disjoint and not adjacent
   uint64_t clock_ = 0;
   uint64_t next_serial_ = 1;
+  int64_t pinned_blocks_ = 0;  // blocks with refs > 0 from acquire (store's own brief pins are not counted)
   std::unordered_map<uint64_t, Block> blocks_;           // by name
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> lru_;  // (last_use, serial) -> name, unpinned and pinned
   std::vector<KvCacheEvent> events_;
@@ -114,12 +129,12 @@ int PrefixCache::store(const int32_t* tokens, int n, const std::vector<uint64_t>
       const bool same = b->parent_serial == (parent ? parent->serial : 0) &&
                         std::equal(b->tokens.begin(), b->tokens.end(), block_tokens);
       if (!same) break;  // a name collision: keep the held block, store nothing after it
-      if (b->drafter_rows.empty() && !drafter_rows(i, b->drafter_rows)) b->drafter_rows.clear();
+      if (!b->has_drafter) b->has_drafter = drafter_rows(i, int(b->slot));
     } else {
-      b = insert(chain[i], parent, block_tokens, max_rows);
+      b = insert(chain[i], parent, block_tokens, max_rows, whole - i);
       if (!b) break;
-      target_rows(i, b->target_rows);
-      if (!drafter_rows(i, b->drafter_rows)) b->drafter_rows.clear();
+      target_rows(i, int(b->slot));
+      b->has_drafter = drafter_rows(i, int(b->slot));
       note_stored(*b);
       ++added;
     }

@@ -8,7 +8,7 @@
 namespace ts::sched {
 
 int64_t reserved_rows(const SchedulerState& state) {
-  int64_t rows = 0;
+  int64_t rows = state.shared_rows;
   for (const SeqView& s : state.seqs)
     if (s.phase != Phase::Waiting) rows += s.reserve_rows;
   return rows;
@@ -86,7 +86,7 @@ struct SpeculationBase {
 void plan_admission(const SchedulerState& state, Plan& plan) {
   const SchedulerConfig& c = state.config;
   int admitted = 0;
-  int64_t reserved = 0;
+  int64_t reserved = state.shared_rows;
   for (const SeqView& s : state.seqs) {
     if (s.cancelled) {
       plan.evict.push_back(s.id);

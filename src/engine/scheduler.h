@@ -65,7 +65,8 @@ struct SeqView {
                              // cache would supply at admission (refreshed every step): prefill starts after them
   int context_len = 0;       // committed KV rows: prefilled prompt tokens + generated tokens fed back
   int max_context = 0;       // this request's context limit (prompt + generated), clamped by the engine
-  int reserve_rows = 0;      // KV rows it may hold at once (context + one round's pending tree); reserved at admission
+  int reserve_rows = 0;      // KV rows it may hold at once (context + one round's pending tree) less the rows it
+                             // reads from shared blocks (counted in SchedulerState::shared_rows); reserved at admission
   // Decode policy inputs.
   DecodeMode mode = DecodeMode::None;
   bool adaptive = false;     // load-adaptive policy applies (engine cost model, request did not fix its pricing)
@@ -125,6 +126,9 @@ struct SchedulerState {
   SchedulerConfig config;
   std::vector<SeqView> seqs;     // arrival order; update() removes finished and evicted requests
   int64_t step = 0;
+  // KV rows of prefix-cache blocks that admitted requests read in place (shared, counted once; the engine sets it
+  // each step). The admitted requests' reserve_rows then cover only their own rows.
+  int64_t shared_rows = 0;
   // Moving averages over every speculative round of a temperature class ([0] greedy, [1] sampled); 0 = none yet.
   // A request not measured yet starts from these (then from the config's prior).
   double class_tokens_per_round[2] = {0, 0};

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "core/error.h"
 
@@ -14,7 +13,8 @@ KVCache::KVCache(int num_layers, int num_kv_heads, int head_dim, int max_tokens,
       max_tokens_(max_tokens),
       dtype_(dtype),
       keys_(num_layers),
-      values_(num_layers) {
+      values_(num_layers),
+      spans_(num_layers, std::vector<kernels::KVSpan>(1)) {
   TS_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0 && max_tokens > 0, "bad KV cache shape");
   TS_CHECK(dtype == DType::F32 || dtype == DType::BF16, "KV cache dtype must be F32 or BF16, got ",
            dtype_name(dtype));
@@ -27,12 +27,15 @@ inline int round_up_to_tile(int rows) { return (rows + kTile - 1) / kTile * kTil
 }  // namespace
 
 void KVCache::reserve_rows(int rows) {
-  if (rows <= capacity_) return;
+  const int own = rows - shared_rows_;
+  if (own <= capacity_) return;
   // Grow geometrically so appending token by token stays amortised O(1); whole K tiles. Head-major: each head's rows
   // (K: its tiles) move to their place in the bigger buffer.
-  const int new_capacity = round_up_to_tile(std::min(max_tokens_, std::max(rows, std::max(64, capacity_ * 2))));
+  const int new_capacity =
+      round_up_to_tile(std::min(max_tokens_ - shared_rows_, std::max(own, std::max(64, capacity_ * 2))));
   const size_t head_bytes = size_t(head_dim_) * elem_bytes_;  // one row of one head
-  const size_t kept = size_t(round_up_to_tile(length_ + pending_)) * head_bytes;  // [rows in use, hd] per head
+  const int in_use = length_ + pending_ - shared_rows_;       // own rows
+  const size_t kept = size_t(round_up_to_tile(in_use)) * head_bytes;  // [rows in use, hd] per head
   for (auto* layers : {&keys_, &values_})
     for (auto& buffer : *layers) {
       Buffer grown(size_t(kv_heads_) * new_capacity * head_bytes);  // [kv_heads, new_capacity, hd], not zeroed
@@ -42,11 +45,11 @@ void KVCache::reserve_rows(int rows) {
       buffer.swap(grown);
     }
   capacity_ = new_capacity;
-  set_tiles_end_ = std::min(set_tiles_end_, round_up_to_tile(length_ + pending_));  // what was copied
+  set_tiles_end_ = std::min(set_tiles_end_, round_up_to_tile(in_use));  // what was copied
 }
 
-void KVCache::clear_tile_tail(int end) {
-  const int tile_end = round_up_to_tile(end);
+void KVCache::clear_tile_tail(int end_row) {
+  const int end = end_row - shared_rows_, tile_end = round_up_to_tile(end);  // own rows
   if (tile_end <= set_tiles_end_) return;
   // Rows [set_tiles_end_, end) are the ones the caller writes next; lanes [end, tile_end) of the last tile are not.
   if (end < tile_end) {
@@ -67,8 +70,8 @@ void KVCache::begin_append(int n) {
   pending_ = n;
 }
 
-size_t KVCache::key_index(int g, int row, int d) const {
-  return (size_t(g) * capacity_ + size_t(row & ~(kTile - 1))) * head_dim_ + size_t(d) * kTile + (row & (kTile - 1));
+size_t KVCache::key_index(int g, int own, int d) const {
+  return (size_t(g) * capacity_ + size_t(own & ~(kTile - 1))) * head_dim_ + size_t(d) * kTile + (own & (kTile - 1));
 }
 
 namespace {
@@ -92,7 +95,7 @@ void KVCache::write_pending(int layer, int first, int n, const float* k, const f
   uint8_t* keys = keys_[layer].data();
   uint8_t* values = values_[layer].data();
   for (int r = 0; r < n; ++r) {
-    const int row = length_ + first + r;
+    const int row = length_ + first + r - shared_rows_;  // own row
     for (int g = 0; g < kv_heads_; ++g) {
       const size_t from = size_t(r) * kv_dim() + size_t(g) * head_dim_;  // in k, v: [n, kv_heads, head_dim]
       const size_t v_at = (size_t(g) * capacity_ + size_t(row)) * head_dim_;
@@ -105,87 +108,81 @@ void KVCache::write_pending(int layer, int first, int n, const float* k, const f
 }
 
 KVRows KVCache::rows(int layer) const {
-  return KVRows{keys_[layer].data(), values_[layer].data(), dtype_, int64_t(head_dim_),
-                int64_t(capacity_) * head_dim_};
+  std::vector<kernels::KVSpan>& spans = spans_[layer];
+  spans.back() = kernels::KVSpan{keys_[layer].data(), values_[layer].data(), int64_t(capacity_) * head_dim_,
+                                 shared_rows_};
+  const bool own_rows = length_ + pending_ > shared_rows_;
+  return KVRows{spans.data(), int(spans.size()) - (own_rows ? 0 : 1), dtype_};
 }
 
 void KVCache::read_row(int layer, int row, float* k, float* v) const {
   TS_CHECK(layer >= 0 && layer < num_layers() && row >= 0 && row < length_ + pending_, "KV read: row ", row,
            " of layer ", layer, " out of range");
+  const KVRows kv = rows(layer);
+  int s = kv.n_spans - 1;
+  while (kv.spans[s].first_row > row) --s;
+  const kernels::KVSpan& span = kv.spans[s];
+  const int r = row - span.first_row;
   for (int g = 0; g < kv_heads_; ++g) {
-    const size_t v_at = (size_t(g) * capacity_ + size_t(row)) * head_dim_;
+    const size_t head = size_t(g) * span.head_stride;
+    const size_t k_at = head + size_t(r & ~(kTile - 1)) * head_dim_ + (r & (kTile - 1));
+    const size_t v_at = head + size_t(r) * head_dim_;
     for (int d = 0; d < head_dim_; ++d) {
-      k[size_t(g) * head_dim_ + d] = load_elem(keys_[layer].data(), key_index(g, row, d), dtype_);
-      v[size_t(g) * head_dim_ + d] = load_elem(values_[layer].data(), v_at + d, dtype_);
+      k[size_t(g) * head_dim_ + d] =
+          load_elem(static_cast<const uint8_t*>(span.k), k_at + size_t(d) * kTile, dtype_);
+      v[size_t(g) * head_dim_ + d] = load_elem(static_cast<const uint8_t*>(span.v), v_at + d, dtype_);
     }
   }
 }
 
-namespace {
-// Key rows [first, first + n) of one head between its tiles (head: [capacity / 16][head_dim][16]) and a block's keys
-// [head_dim][n] (kToBlock: tiles -> block; bits unchanged). A tile's row d holds the rows' element d side by side, so
-// keys move in runs of up to 16 elements per dimension, and a 16-row block on a tile is one copy.
-template <bool kToBlock, typename TileT, typename BlockT>
-void copy_key_rows(TileT* head, BlockT* block, int first, int n, int head_dim) {
-  using T = std::remove_const_t<TileT>;
-  for (int r = first; r < first + n;) {
-    const int lane = r & (kTile - 1), run = std::min(kTile - lane, first + n - r);
-    TileT* tile = head + size_t(r - lane) * head_dim + lane;  // [head_dim][16] from lane `lane`
-    BlockT* rows = block + (r - first);                       // [head_dim][n] from row r
-    auto copy = [&](size_t tile_at, size_t rows_at, size_t count) {
-      if constexpr (kToBlock)
-        std::memcpy(rows + rows_at, tile + tile_at, count * sizeof(T));
-      else
-        std::memcpy(tile + tile_at, rows + rows_at, count * sizeof(T));
-    };
-    if (run == kTile && n == kTile)
-      copy(0, 0, size_t(kTile) * head_dim);
-    else if (run == kTile)  // a constant count: each copy inlined
-      for (int d = 0; d < head_dim; ++d) copy(size_t(d) * kTile, size_t(d) * n, kTile);
-    else
-      for (int d = 0; d < head_dim; ++d) copy(size_t(d) * kTile, size_t(d) * n, size_t(run));
-    r += run;
-  }
-}
-}  // namespace
-
-void KVCache::export_rows(int first, int n, uint8_t* out) const {
-  TS_CHECK(first >= 0 && n >= 0 && first + n <= length_, "KV export: rows [", first, ", ", first + n,
-           ") outside the ", length_, " committed rows");
-  const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;  // one head's rows
+void KVCache::overwrite_rows(int first, int n, const KVCache& from, int from_first) {
+  TS_CHECK(from.num_layers() == num_layers() && from.kv_heads_ == kv_heads_ && from.head_dim_ == head_dim_ &&
+               from.dtype_ == dtype_, "KV overwrite: caches of different shapes");
+  TS_CHECK(first >= shared_rows_ && n >= 0 && first + n <= length_ && from_first >= 0 && from_first + n <= from.length_,
+           "KV overwrite: rows [", first, ", ", first + n, ") from [", from_first, ", ", from_first + n,
+           ") outside the committed own rows");
+  TS_CHECK((first - shared_rows_) % kTile == 0 && from_first % kTile == 0 && n % kTile == 0, "KV overwrite: rows [",
+           first, ", ", first + n, ") from row ", from_first, " are not whole tiles of ", kTile, " rows");
+  // Tile by tile from whichever span of `from` holds it: a tile's keys [head_dim][16] and its 16 value rows are each
+  // one run in both caches.
+  const size_t eb = size_t(elem_bytes_), tile_bytes = size_t(kTile) * head_dim_ * eb;
   for (int l = 0; l < num_layers(); ++l) {
-    for (int g = 0; g < kv_heads_; ++g, out += run) {
-      const uint8_t* head = keys_[l].data() + size_t(g) * capacity_ * head_bytes;
-      if (dtype_ == DType::F32)
-        copy_key_rows<true>(reinterpret_cast<const float*>(head), reinterpret_cast<float*>(out), first, n, head_dim_);
-      else
-        copy_key_rows<true>(reinterpret_cast<const uint16_t*>(head), reinterpret_cast<uint16_t*>(out), first, n,
-                            head_dim_);
+    const KVRows src = from.rows(l);
+    for (int t = 0; t < n; t += kTile) {
+      int s = src.n_spans - 1;
+      while (src.spans[s].first_row > from_first + t) --s;
+      const kernels::KVSpan& span = src.spans[s];
+      const size_t at = size_t(from_first + t - span.first_row) * head_dim_ * eb;
+      const size_t to = size_t(first + t - shared_rows_) * head_dim_ * eb;
+      for (int g = 0; g < kv_heads_; ++g) {
+        const size_t src_head = size_t(g) * span.head_stride * eb, dst_head = size_t(g) * capacity_ * head_dim_ * eb;
+        std::memcpy(keys_[l].data() + dst_head + to, static_cast<const uint8_t*>(span.k) + src_head + at, tile_bytes);
+        std::memcpy(values_[l].data() + dst_head + to, static_cast<const uint8_t*>(span.v) + src_head + at,
+                    tile_bytes);
+      }
     }
-    for (int g = 0; g < kv_heads_; ++g, out += run)
-      std::memcpy(out, values_[l].data() + (size_t(g) * capacity_ + first) * head_bytes, run);
   }
 }
 
-void KVCache::import_rows(int n, const uint8_t* in) {
-  TS_CHECK(pending_ == 0, "KV import with pending rows");
-  TS_CHECK(n >= 0 && length_ + n <= max_tokens_, "KV import: ", length_, " cached + ", n,
-           " rows exceeds the cache's ", max_tokens_, " rows");
-  reserve_rows(length_ + n);
-  clear_tile_tail(length_ + n);
-  const size_t head_bytes = size_t(head_dim_) * elem_bytes_, run = size_t(n) * head_bytes;
-  for (int l = 0; l < num_layers(); ++l) {
-    for (int g = 0; g < kv_heads_; ++g, in += run) {
-      uint8_t* head = keys_[l].data() + size_t(g) * capacity_ * head_bytes;
-      if (dtype_ == DType::F32)
-        copy_key_rows<false>(reinterpret_cast<float*>(head), reinterpret_cast<const float*>(in), length_, n, head_dim_);
-      else
-        copy_key_rows<false>(reinterpret_cast<uint16_t*>(head), reinterpret_cast<const uint16_t*>(in), length_, n,
-                             head_dim_);
-    }
-    for (int g = 0; g < kv_heads_; ++g, in += run)
-      std::memcpy(values_[l].data() + (size_t(g) * capacity_ + length_) * head_bytes, in, run);
+void KVCache::share_rows(const KVCache& pool, int first, int n) {
+  TS_CHECK(pending_ == 0 && length_ == shared_rows_, "KV share: shared rows must come before the cache's own rows (",
+           length_ - shared_rows_, " own, ", pending_, " pending)");
+  TS_CHECK(pool.num_layers() == num_layers() && pool.kv_heads_ == kv_heads_ && pool.head_dim_ == head_dim_ &&
+               pool.dtype_ == dtype_ && pool.shared_rows_ == 0, "KV share: a pool of another shape");
+  TS_CHECK(n > 0 && n % kTile == 0 && first >= 0 && first % kTile == 0 && first + n <= pool.length_,
+           "KV share: pool rows [", first, ", ", first + n, ") are not whole tiles of ", kTile, " committed rows");
+  TS_CHECK(length_ + n <= max_tokens_, "KV share: ", length_, " cached + ", n, " rows exceeds the cache's ",
+           max_tokens_, " rows");
+  if (&pool != shared_pool_ || first != shared_pool_end_) {  // a new run: a span of its own
+    const size_t at = size_t(first) * head_dim_ * elem_bytes_;
+    for (int l = 0; l < num_layers(); ++l)
+      spans_[l].insert(spans_[l].end() - 1,
+                       kernels::KVSpan{pool.keys_[l].data() + at, pool.values_[l].data() + at,
+                                       int64_t(pool.capacity_) * head_dim_, shared_rows_});
   }
+  shared_pool_ = &pool;
+  shared_pool_end_ = first + n;
+  shared_rows_ += n;
   length_ += n;
 }
 
@@ -199,7 +196,8 @@ void move_key_lane(const uint8_t* src_tile, int src_lane, uint8_t* dst_tile, int
 }
 }  // namespace
 
-void KVCache::move_row(int src, int dst) {
+void KVCache::move_row(int src_row, int dst_row) {
+  const int src = src_row - shared_rows_, dst = dst_row - shared_rows_;  // own rows
   const size_t eb = size_t(elem_bytes_), head_bytes = size_t(head_dim_) * eb;
   for (int l = 0; l < num_layers(); ++l)
     for (int g = 0; g < kv_heads_; ++g) {
@@ -234,7 +232,8 @@ void KVCache::commit_all() {
 }
 
 void KVCache::truncate(int new_length) {
-  TS_CHECK(new_length >= 0 && new_length <= length_, "truncate: bad length ", new_length);
+  TS_CHECK(new_length >= shared_rows_ && new_length <= length_, "truncate: bad length ", new_length, " (",
+           shared_rows_, " shared rows, ", length_, " committed)");
   length_ = new_length;
   pending_ = 0;
 }

@@ -8,6 +8,9 @@
 // Rows are stored as f32 or bf16 (dtype()). A bf16 cache halves the memory and the attention's reads; rows are
 // rounded to nearest-even once, when written, so every later read of a row sees the same values whatever batch
 // it is read from (batch invariance and greedy identity hold as with f32).
+//
+// A cache may start with shared rows: runs of another cache's committed rows (the engine's prefix-cache pool) that
+// other caches read too, read in place and never written (share_rows). The cache's own rows follow them.
 #pragma once
 
 #include <algorithm>
@@ -17,19 +20,19 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/kv_span.h"
 
 namespace ts {
 
-// One layer's rows as the attention kernel reads them (kernels::attention_tiled). Head-major, so each head's rows
-// are contiguous and attention streams them: values [kv_heads, capacity, head_dim]; keys in tiles of 16 rows,
-// [kv_heads, capacity / 16, head_dim, 16] (keys in vector lanes: the kernel scores 16 keys per FMA without
-// transposing them). capacity is a multiple of 16.
+// One layer's rows as the attention kernel reads them (kernels::attention_tiled): one span per shared block, then
+// one for the cache's own rows. Each is head-major, so each head's rows are contiguous and attention streams them:
+// values [kv_heads, capacity, head_dim]; keys in tiles of 16 rows, [kv_heads, capacity / 16, head_dim, 16] (keys in
+// vector lanes: the kernel scores 16 keys per FMA without transposing them). capacity is a multiple of 16 (for a
+// shared block, its row count).
 struct KVRows {
-  const void* k = nullptr;  // [kv_heads, capacity / 16, head_dim, 16] of dtype
-  const void* v = nullptr;  // [kv_heads, capacity, head_dim] of dtype
+  const kernels::KVSpan* spans = nullptr;  // [n_spans]
+  int n_spans = 0;
   DType dtype = DType::F32;
-  int64_t row_stride = 0;   // elements between value rows j and j + 1 of a head (head_dim)
-  int64_t head_stride = 0;  // elements between heads g and g + 1, keys and values (capacity * head_dim)
 };
 
 // Allocates without zeroing: a cache's rows are written before they are read, and leaving the bytes alone spares the
@@ -60,6 +63,7 @@ class KVCache {
   KVCache(int num_layers, int num_kv_heads, int head_dim, int max_tokens, DType dtype = DType::F32);
 
   int length() const { return length_; }
+  int shared_rows() const { return shared_rows_; }  // rows [0, shared_rows) read in place from shared blocks
   int pending() const { return pending_; }
   int max_tokens() const { return max_tokens_; }
   int kv_dim() const { return kv_heads_ * head_dim_; }
@@ -83,21 +87,24 @@ class KVCache {
   // Row `row` of one layer widened to f32 (tests, tools).  k, v: [kv_dim]
   void read_row(int layer, int row, float* k, float* v) const;
 
-  // Committed rows [first, first + n) of every layer as one byte run, bits unchanged (the prefix cache's block
-  // layout): per layer, each head's keys [head_dim, n] (as the tiles hold them), then each head's values
-  // [n, head_dim]:  out: [num_layers, 2 (keys, values), kv_heads, n * head_dim] of dtype = n * bytes_per_row() bytes.
-  void export_rows(int first, int n, uint8_t* out) const;
   // Allocates room for `rows` rows (committed + pending) at once, so a run of appends does not regrow the buffers.
   void reserve(int rows) { reserve_rows(std::min(rows, max_tokens_)); }
-  // Appends n committed rows from export_rows' layout (the cache must have no pending rows). Throws ts::Error when
-  // length + n > max_tokens.
-  void import_rows(int n, const uint8_t* in);
+  // Writes committed own rows [first, first + n) with rows [from_first, from_first + n) of `from` (committed, shared
+  // or own), bits unchanged: the prefix cache's pool takes a request's rows so. first, from_first and n are multiples
+  // of 16 (whole key tiles); both caches have the same shape and dtype.
+  void overwrite_rows(int first, int n, const KVCache& from, int from_first);
+  // Appends n committed rows that stay in `pool` (its committed own rows [first, first + n)), read in place: the
+  // caller keeps them unchanged, and the pool's buffers in place (it never grows), while this cache (or a move of
+  // it) exists. Only before the cache's own rows: length() == shared_rows() and no pending rows. first and n are
+  // multiples of 16. Rows that continue the previous shared run of the same pool extend it (one span). Throws
+  // ts::Error otherwise, or when length + n > max_tokens.
+  void share_rows(const KVCache& pool, int first, int n);
 
   // Keeps pending rows `keep` (strictly increasing indices into the pending rows) and drops the others.
   void commit(const std::vector<int32_t>& keep);
   void commit_all();
   void drop_pending() { pending_ = 0; }
-  // Forgets committed rows from new_length on.
+  // Forgets committed rows from new_length on (not below shared_rows()).
   void truncate(int new_length);
 
  private:
@@ -108,13 +115,17 @@ class KVCache {
   // head to zero, once per tile. Attention reads whole tiles (lanes past the last row are computed and dropped), so
   // no lane it reads is left unset although buffers are not zeroed.
   void clear_tile_tail(int end);
-  // Element index of key row `row`, dimension d of head g in a layer's key buffer (its tile's lane).
-  size_t key_index(int g, int row, int d) const;
+  // Element index of own row `own` (row shared_rows + own), dimension d of head g in a layer's key buffer (its
+  // tile's lane).
+  size_t key_index(int g, int own, int d) const;
   int kv_heads_ = 0;
   int head_dim_ = 0;
   int max_tokens_ = 0;
-  int capacity_ = 0;  // rows allocated per layer, a multiple of 16
-  int set_tiles_end_ = 0;  // key tiles [0, set_tiles_end_ / 16) hold no unset lane; a multiple of 16
+  int capacity_ = 0;  // own rows allocated per layer, a multiple of 16
+  int set_tiles_end_ = 0;  // own key tiles [0, set_tiles_end_ / 16) hold no unset lane; a multiple of 16
+  int shared_rows_ = 0;    // rows in shared runs, a multiple of 16
+  const KVCache* shared_pool_ = nullptr;  // the pool of the last shared run, and the pool row after it
+  int shared_pool_end_ = -1;
   int length_ = 0;
   int pending_ = 0;
   DType dtype_ = DType::F32;
@@ -122,6 +133,8 @@ class KVCache {
   using Buffer = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
   std::vector<Buffer> keys_;    // [num_layers][kv_heads, capacity / 16, head_dim, 16] of dtype
   std::vector<Buffer> values_;  // [num_layers][kv_heads, capacity, head_dim] of dtype
+  // [num_layers][shared runs + 1 (own rows)]; the last entry is set by rows() (buffers move when they grow).
+  mutable std::vector<std::vector<kernels::KVSpan>> spans_;
 };
 
 }  // namespace ts

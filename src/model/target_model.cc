@@ -115,14 +115,8 @@ void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int l
   const float scale = 1.0f / std::sqrt(float(shape.head_dim));
   TS_CHECK(cache.kv_heads() == shape.kv_heads && cache.head_dim() == shape.head_dim, "KV cache of ",
            cache.kv_heads(), " x ", cache.head_dim(), " for a layer of ", shape.kv_heads, " x ", shape.head_dim);
-  if (kv.dtype == DType::BF16) {
-    kernels::attention_tiled(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v),
-                             kv.head_stride, mask, out, n_rows, n_kv, shape.heads, shape.kv_heads, shape.head_dim,
-                             scale);
-  } else {
-    kernels::attention_tiled(q, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), kv.head_stride,
-                             mask, out, n_rows, n_kv, shape.heads, shape.kv_heads, shape.head_dim, scale);
-  }
+  kernels::attention_tiled(q, kv.spans, kv.n_spans, kv.dtype, mask, out, n_rows, n_kv, shape.heads, shape.kv_heads,
+                           shape.head_dim, scale);
 }
 
 void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,

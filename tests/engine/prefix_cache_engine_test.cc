@@ -74,7 +74,9 @@ void check_subject(testing::Subject& s, int block_tokens, DecodeMode mode, float
   Engine cold(*s.pair.target, s.pair.drafter.get(), cold_config);
   const int V = s.pair.target->config().vocab_size;
   std::vector<int32_t> first = s.prompts[0];
-  while (first.size() < 37) first.push_back(int32_t((first.size() * 7 + 3) % (V - 1)));  // off block boundaries
+  // Off block boundaries, and long enough for the cuts below.
+  while (int(first.size()) < std::max(37, 2 * block_tokens + 5))
+    first.push_back(int32_t((first.size() * 7 + 3) % (V - 1)));
   auto options = [&](DecodeMode m, float temp, uint64_t seed, int max_new) {
     RequestOptions o = ts::options(m, temp, seed, max_new);
     o.calibration = s.calibration;
@@ -111,44 +113,41 @@ void check_subject(testing::Subject& s, int block_tokens, DecodeMode mode, float
 
 TEST(PrefixCacheEngine, CachedRequestsEqualColdOnesInEveryMode) {
   for (testing::Subject& s : testing::subjects())
-    for (int block : {16, 5})
+    for (int block : {16, 32})
       for (DecodeMode mode : testing::kModes)
         for (float t : {0.0f, 0.8f}) check_subject(s, block, mode, t);
 }
 
 TEST(PrefixCacheEngine, SpeculatingRequestsReuseOnlyBlocksWithDrafterRows) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 12);
-  EngineConfig config;
-  config.prefix_block_tokens = 4;
-  Engine engine(*pair.target, pair.drafter.get(), config);
+  Engine engine(*pair.target, pair.drafter.get(), EngineConfig{});  // blocks of 16
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 21; ++i) prompt.push_back(int32_t((i * 3 + 1) % 19));
+  for (int i = 0; i < 81; ++i) prompt.push_back(int32_t((i * 3 + 1) % 19));
   RequestOptions plain = options(DecodeMode::None, 0, 1, 2), tree = options(DecodeMode::Tree, 0, 1, 2);
   run(engine, prompt, plain);
-  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 20);
+  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 80);
   // The plain requests stored no drafter context: a speculating one computes it (and stores it for the next).
   EXPECT_EQ(run(engine, prompt, tree).stats.cached_prompt_tokens, 0);
-  EXPECT_EQ(run(engine, prompt, tree).stats.cached_prompt_tokens, 20);
-  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 20);
+  EXPECT_EQ(run(engine, prompt, tree).stats.cached_prompt_tokens, 80);
+  EXPECT_EQ(run(engine, prompt, plain).stats.cached_prompt_tokens, 80);
 }
 
 TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 13);
   EngineConfig config;
-  config.prefix_block_tokens = 4;
   config.max_batch = 3;
-  config.prefill_chunk = 8;
+  config.prefill_chunk = 32;
   Engine probe(*pair.target, pair.drafter.get(), config);
-  config.kv_budget_bytes = 400 * probe.kv_bytes_per_row();  // room for about 3 requests and a few blocks
+  config.kv_budget_bytes = 1200 * probe.kv_bytes_per_row();  // room for about 3 requests and a few blocks
   Engine engine(*pair.target, pair.drafter.get(), config);
-  const double budget_rows = 400;
+  const double budget_rows = 1200;
   std::vector<Output> outs(40);
   for (int r = 0; r < 40; ++r) {
     std::vector<int32_t> prompt;
-    // A shared 12-token system prompt, then one of 8 user prompts (each sent 5 times).
-    for (int i = 0; i < 30 + r % 7; ++i) prompt.push_back(int32_t(i < 12 ? i : (i * (r % 8 + 1)) % 19));
+    // A shared 48-token system prompt, then one of 8 user prompts (each sent 5 times).
+    for (int i = 0; i < 120 + r % 7; ++i) prompt.push_back(int32_t(i < 48 ? i % 19 : (i * (r % 8 + 1)) % 19));
     RequestOptions o = options(r % 2 ? DecodeMode::Tree : DecodeMode::None, 0, 1, 20);
-    o.max_context = 80;
+    o.max_context = 200;
     engine.add({prompt, o}, collect(&outs[r]));
   }
   RequestId cancelled = 0;
@@ -156,11 +155,14 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
   while (!engine.idle()) {
     engine.step();
     const EngineMetrics m = engine.metrics();
-    ASSERT_LE(m.kv_reserved_perc * budget_rows + double(m.prefix_cache_blocks * 4), budget_rows + 1e-6)
+    // The reservations (the shared blocks counted once, as pinned rows) and the cache's unpinned blocks.
+    const double pinned = double(engine.prefix_cache()->pinned_rows());
+    ASSERT_LE(m.kv_reserved_perc * budget_rows - pinned + double(m.prefix_cache_blocks * 16), budget_rows + 1e-6)
         << "step " << steps;
+    ASSERT_LE(m.kv_cache_usage_perc, 1.0) << "step " << steps;
     if (++steps == 3) {  // one request mid-prefill: cancel it
       Output dummy;
-      std::vector<int32_t> longp(60, 3);
+      std::vector<int32_t> longp(180, 3);
       RequestOptions o = options(DecodeMode::Tree, 0, 1, 5);
       cancelled = engine.add({longp, o}, collect(&dummy));
     }
@@ -173,21 +175,66 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
   for (const PrefixCache::Block* b : engine.prefix_cache()->all()) EXPECT_EQ(b->refs, 0);
 }
 
+// Requests read a shared prefix in place: its blocks are pinned while they run and counted once in the KV budget,
+// so admission reserves only each request's own rows. The budget here holds three requests' own rows and the shared
+// prefix once, not three whole reservations; all three run together, and give a cold engine's outputs.
+TEST(PrefixCacheEngine, AdmissionReservesOnlyTheRowsARequestDoesNotShare) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 17);
+  std::vector<int32_t> system;
+  for (int i = 0; i < 160; ++i) system.push_back(int32_t((i * 7 + 2) % 19));
+  auto prompt = [&](int r) {
+    std::vector<int32_t> p = system;
+    for (int i = 0; i < 9; ++i) p.push_back(int32_t((r * 5 + i) % 19));
+    return p;
+  };
+  const RequestOptions o = options(DecodeMode::Tree, 0, 1, 6);
+  EngineConfig config;
+  config.prefix_cache = false;
+  Engine cold(*pair.target, pair.drafter.get(), config);
+  Output probe;
+  cold.add({prompt(0), o}, collect(&probe));
+  cold.step();
+  const double budget_rows = double(cold.config().kv_budget_bytes / cold.kv_bytes_per_row());
+  const double whole = cold.metrics().kv_reserved_perc * budget_rows;  // one request's reservation
+  while (!cold.idle()) cold.step();
+  ASSERT_GT(whole, 160);
+  config.prefix_cache = true;
+  config.kv_budget_bytes = int64_t(160 + 3 * (whole - 160) + 40) * cold.kv_bytes_per_row();  // < 3 x whole
+  ASSERT_LT(config.kv_budget_bytes, int64_t(3 * whole) * cold.kv_bytes_per_row());
+  Engine warm(*pair.target, pair.drafter.get(), config);
+  run(warm, prompt(9), o);  // stores the system prompt's 10 blocks
+  std::vector<Output> got(3);
+  for (int r = 0; r < 3; ++r) warm.add({prompt(r), o}, collect(&got[r]));
+  warm.step();
+  EXPECT_EQ(warm.metrics().num_requests_running, 3);
+  EXPECT_EQ(warm.prefix_cache()->pinned_rows(), 160);
+  for (const PrefixCache::Block* b : warm.prefix_cache()->all())
+    EXPECT_TRUE(b->refs == 0 || b->refs == 3);  // one pin per request reading it
+  while (!warm.idle()) warm.step();
+  EXPECT_EQ(warm.prefix_cache()->pinned_rows(), 0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[r].stats.cached_prompt_tokens, 160);
+    Output want;
+    cold.add({prompt(r), o}, collect(&want));
+    while (!cold.idle()) cold.step();
+    expect_same(got[r], want, "request " + std::to_string(r));
+  }
+}
+
 // A burst of requests with one system prompt, admitted together: while the first prefills the shared prompt chunk
 // by chunk, the others (admitted, not started) take the blocks it stores; every output equals a cold engine's.
 TEST(PrefixCacheEngine, RequestsAdmittedTogetherShareBlocksStoredWhileTheyWait) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 14);
   EngineConfig config;
-  config.prefix_block_tokens = 8;
   config.max_batch = 4;
-  config.prefill_chunk = 16;
+  config.prefill_chunk = 32;
   Engine warm(*pair.target, pair.drafter.get(), config);
   config.prefix_cache = false;
   Engine cold(*pair.target, pair.drafter.get(), config);
   std::vector<std::vector<int32_t>> prompts;
   for (int r = 0; r < 4; ++r) {
     std::vector<int32_t> p;
-    for (int i = 0; i < 40; ++i) p.push_back(int32_t((i * 7 + 2) % 19));
+    for (int i = 0; i < 80; ++i) p.push_back(int32_t((i * 7 + 2) % 19));
     for (int i = 0; i < 5; ++i) p.push_back(int32_t((r * 3 + i) % 19));
     prompts.push_back(p);
   }
@@ -202,7 +249,7 @@ TEST(PrefixCacheEngine, RequestsAdmittedTogetherShareBlocksStoredWhileTheyWait) 
     int shared = 0;
     for (int r = 0; r < 4; ++r) {
       expect_same(got[r], want[r], "request " + std::to_string(r));
-      shared += got[r].stats.cached_prompt_tokens >= 32;
+      shared += got[r].stats.cached_prompt_tokens >= 64;
     }
     EXPECT_GE(shared, 3) << "mode " << int(mode);
   }
@@ -213,19 +260,18 @@ TEST(PrefixCacheEngine, RequestsAdmittedTogetherShareBlocksStoredWhileTheyWait) 
 TEST(PrefixCacheEngine, CancellationMidPrefillReleasesItsReservationAndKeepsItsBlocksReusable) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 15);
   EngineConfig config;
-  config.prefix_block_tokens = 4;
   config.max_batch = 2;
-  config.prefill_chunk = 8;
+  config.prefill_chunk = 32;
   Engine warm(*pair.target, pair.drafter.get(), config);
   config.prefix_cache = false;
   Engine cold(*pair.target, pair.drafter.get(), config);
   std::vector<int32_t> other = {3, 1, 4, 1, 5, 9, 2, 6}, longp;
-  for (int i = 0; i < 60; ++i) longp.push_back(int32_t((i * 5 + 3) % 19));
+  for (int i = 0; i < 240; ++i) longp.push_back(int32_t((i * 5 + 3) % 19));
   Output a, b, want;
   const RequestId id = warm.add({longp, options(DecodeMode::Tree, 0, 1, 8)}, collect(&a));
   warm.add({other, options(DecodeMode::Tree, 0, 1, 8)}, collect(&b));
   warm.step();
-  warm.step();  // 16 of its 60 prompt tokens are in (the chunks go to the earlier request first)
+  warm.step();  // 64 of its 240 prompt tokens are in (the chunks go to the earlier request first)
   EXPECT_GT(warm.metrics().kv_reserved_perc, 0);
   warm.cancel(id);
   while (!warm.idle()) warm.step();
@@ -237,7 +283,7 @@ TEST(PrefixCacheEngine, CancellationMidPrefillReleasesItsReservationAndKeepsItsB
   while (!cold.idle()) cold.step();
   expect_same(b, want, "the request beside the cancelled one");
   const Output again = run(warm, longp, options(DecodeMode::Tree, 0, 1, 8));
-  EXPECT_GE(again.stats.cached_prompt_tokens, 16);
+  EXPECT_GE(again.stats.cached_prompt_tokens, 64);
   expect_same(again, run(cold, longp, options(DecodeMode::Tree, 0, 1, 8)), "the cancelled prompt, sent again");
 }
 
@@ -246,12 +292,11 @@ TEST(PrefixCacheEngine, CancellationMidPrefillReleasesItsReservationAndKeepsItsB
 TEST(PrefixCacheEngine, ACancelledRequestsPromptAndPartialAnswerStayReusable) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 16);
   EngineConfig config;
-  config.prefix_block_tokens = 4;
   Engine warm(*pair.target, pair.drafter.get(), config);
   config.prefix_cache = false;
   Engine cold(*pair.target, pair.drafter.get(), config);
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 30; ++i) prompt.push_back(int32_t((i * 7 + 1) % 19));
+  for (int i = 0; i < 120; ++i) prompt.push_back(int32_t((i * 7 + 1) % 19));
   Output partial;
   const RequestId id = warm.add({prompt, options(DecodeMode::Tree, 0, 1, 60)}, collect(&partial));
   while (partial.ids.size() < 10) warm.step();
@@ -264,15 +309,15 @@ TEST(PrefixCacheEngine, ACancelledRequestsPromptAndPartialAnswerStayReusable) {
   const Output turn = run(warm, next, options(DecodeMode::Tree, 0, 2, 8));
   // Its context held the prompt and every answer token but the last (not yet fed back).
   const int held = int(prompt.size() + partial.ids.size()) - 1;
-  EXPECT_EQ(turn.stats.cached_prompt_tokens, held / 4 * 4);
+  EXPECT_EQ(turn.stats.cached_prompt_tokens, held / 16 * 16);
   expect_same(turn, run(cold, next, options(DecodeMode::Tree, 0, 2, 8)), "the turn after a cancelled answer");
 }
 
 // The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
-// after the first (blocks of 2 tokens): the continuations still follow the target distribution.
+// after the first (one block of 16 tokens): the continuations still follow the target distribution.
 TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) {
   Pair pair = make_pair(/*vocab=*/8, /*hidden=*/32, /*layers=*/1, /*block=*/4, DType::F32, 79);
-  const std::vector<int32_t> prompt = {1, 5, 2, 6, 3};
+  const std::vector<int32_t> prompt = {1, 5, 2, 6, 3, 7, 0, 4, 2, 2, 5, 1, 6, 3, 0, 7, 1, 5, 2, 6, 3};
   RequestOptions o;
   o.max_new_tokens = 3;
   o.sampling.temperature = 1.0f;
@@ -284,15 +329,14 @@ TEST(PrefixCacheEngine, SampledTreesWithACachedPrefixKeepTheTargetDistribution) 
   testing::exact_continuations(*pair.target, prompt, 3, o.sampling, &exact);
   ASSERT_GT(exact.size(), 20u);
   EngineConfig config;
-  config.prefix_block_tokens = 2;
-  Engine engine(*pair.target, pair.drafter.get(), config);
+  Engine engine(*pair.target, pair.drafter.get(), config);  // blocks of 16
   const int N = 6000;
   for (int i = 0; i < N; ++i) {
     o.sampling.seed = 9000 + i;
     Output out = run(engine, prompt, o);
     ASSERT_EQ(out.ids.size(), 3u);
     if (i > 0) {
-      ASSERT_EQ(out.stats.cached_prompt_tokens, 4);
+      ASSERT_EQ(out.stats.cached_prompt_tokens, 16);
     }
     count[out.ids] += 1.0 / N;
   }

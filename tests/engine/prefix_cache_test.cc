@@ -2,6 +2,7 @@
 // it queues for routers.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -19,23 +20,27 @@ std::vector<int32_t> tokens(int n, int32_t first = 100) {
   return t;
 }
 
-// Rows of block i: bytes that say which context and block they came from.
+// What the pools' slots hold: a value that says which context and block stored it (tag * 16 + block).
+std::map<int, int> target_pool, drafter_pool;
 struct FakeRows {
-  uint8_t tag;
-  bool operator()(int i, std::vector<uint8_t>& out) const {
-    out.assign(8, uint8_t(tag * 16 + i));
+  std::map<int, int>* pool;
+  int tag;
+  bool operator()(int i, int slot) const {
+    (*pool)[slot] = tag * 16 + i;
     return true;
   }
 };
 struct NoRows {
-  bool operator()(int, std::vector<uint8_t>&) const { return false; }
+  bool operator()(int, int) const { return false; }
 };
 
-int store(PrefixCache& cache, const std::vector<int32_t>& t, uint8_t tag, int64_t max_rows = 1 << 20,
+int store(PrefixCache& cache, const std::vector<int32_t>& t, int tag, int64_t max_rows = 1 << 20,
           bool drafter = false) {
   const auto chain = cache.chain(t.data(), int(t.size()));
-  if (drafter) return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{tag}, FakeRows{uint8_t(tag + 8)});
-  return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{tag}, NoRows{});
+  if (drafter)
+    return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{&target_pool, tag},
+                       FakeRows{&drafter_pool, tag + 8});
+  return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{&target_pool, tag}, NoRows{});
 }
 
 int matched(const PrefixCache& cache, const std::vector<int32_t>& t, bool need_drafter = false) {
@@ -43,7 +48,7 @@ int matched(const PrefixCache& cache, const std::vector<int32_t>& t, bool need_d
 }
 
 TEST(PrefixCache, EqualPrefixesShareNamesAndOneTokenChangesTheRest) {
-  PrefixCache cache(kBlock, 7);
+  PrefixCache cache(kBlock, 7, 64);
   const auto a = tokens(13), b = tokens(13);
   auto c = tokens(13);
   c[5] = 9;  // block 1
@@ -54,7 +59,7 @@ TEST(PrefixCache, EqualPrefixesShareNamesAndOneTokenChangesTheRest) {
   EXPECT_NE(nc[1], na[1]);
   EXPECT_NE(nc[2], na[2]);  // the chain carries the difference forward
   // The same tokens under another salt (another weight format) are other blocks.
-  PrefixCache other(kBlock, 8);
+  PrefixCache other(kBlock, 8, 64);
   EXPECT_NE(other.chain(a.data(), 13)[0], na[0]);
   // A block's name depends on its position in the chain, not only on its tokens.
   std::vector<int32_t> repeat(8, 5);
@@ -63,15 +68,15 @@ TEST(PrefixCache, EqualPrefixesShareNamesAndOneTokenChangesTheRest) {
 }
 
 TEST(PrefixCache, MatchReturnsTheLeadingHeldBlocksWithTheirRows) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   EXPECT_EQ(store(cache, tokens(10), 1), 2);  // 2 whole blocks
   EXPECT_EQ(cache.rows(), 8);
   EXPECT_EQ(store(cache, tokens(10), 2), 0);  // already held
   auto longer = tokens(17);
   const auto hit = cache.match(longer.data(), 17, cache.chain(longer.data(), 17), false);
   ASSERT_EQ(hit.size(), 2u);
-  EXPECT_EQ(hit[0]->target_rows[0], 1 * 16 + 0);  // the first storer's rows
-  EXPECT_EQ(hit[1]->target_rows[0], 1 * 16 + 1);
+  EXPECT_EQ(target_pool.at(hit[0]->slot), 1 * 16 + 0);  // the first storer's rows
+  EXPECT_EQ(target_pool.at(hit[1]->slot), 1 * 16 + 1);
   auto diverged = tokens(17);
   diverged[6] = 0;
   EXPECT_EQ(matched(cache, diverged), 1);
@@ -82,7 +87,7 @@ TEST(PrefixCache, MatchReturnsTheLeadingHeldBlocksWithTheirRows) {
 }
 
 TEST(PrefixCache, DrafterRowsAreNeededOnlyBySpeculatingRequestsAndAddedLater) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   store(cache, tokens(12), 1);  // a plain request: target rows only
   EXPECT_EQ(matched(cache, tokens(12)), 3);
   EXPECT_EQ(matched(cache, tokens(12), true), 0);
@@ -90,12 +95,12 @@ TEST(PrefixCache, DrafterRowsAreNeededOnlyBySpeculatingRequestsAndAddedLater) {
   EXPECT_EQ(matched(cache, tokens(12), true), 2);
   const auto t = tokens(12);
   const auto hit = cache.match(t.data(), 12, cache.chain(t.data(), 12), true);
-  EXPECT_EQ(hit[0]->target_rows[0], 1 * 16);  // target rows stay the first storer's
-  EXPECT_EQ(hit[0]->drafter_rows[0], 10 * 16);
+  EXPECT_EQ(target_pool.at(hit[0]->slot), 1 * 16);  // target rows stay the first storer's
+  EXPECT_EQ(drafter_pool.at(hit[0]->slot), 10 * 16);
 }
 
 TEST(PrefixCache, EvictionIsLeastRecentlyUsedFromThePrefixEndAndSparesPinnedBlocks) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   const auto a = tokens(8, 100), b = tokens(8, 200), c = tokens(8, 300);
   store(cache, a, 1);
   store(cache, b, 2);
@@ -124,7 +129,7 @@ TEST(PrefixCache, EvictionIsLeastRecentlyUsedFromThePrefixEndAndSparesPinnedBloc
 }
 
 TEST(PrefixCache, StoringRespectsTheRowLimitAndNeverEvictsItsOwnPrefix) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   store(cache, tokens(8, 100), 1);
   // Limit 12 rows: storing 4 blocks of a new prefix evicts the old prefix, then stops at the limit.
   EXPECT_EQ(store(cache, tokens(16, 500), 2, 12), 3);
@@ -139,8 +144,34 @@ TEST(PrefixCache, StoringRespectsTheRowLimitAndNeverEvictsItsOwnPrefix) {
   cache.release(hit);
 }
 
+// Slots: a prefix's blocks go in consecutive slots (requests then read it as one run of rows), a prefix extended
+// later continues after its last block where that slot is free, else in the first free run long enough; freed slots
+// are reused; with every slot taken nothing more is stored, whatever the row limit.
+TEST(PrefixCache, APrefixsBlocksTakeConsecutiveSlots) {
+  PrefixCache cache(kBlock, 1, 8);
+  auto slots_of = [&](const std::vector<int32_t>& t) {
+    std::vector<int> slots;
+    const auto chain = cache.chain(t.data(), int(t.size()));
+    for (const PrefixCache::Block* b : cache.match(t.data(), int(t.size()), chain, false)) slots.push_back(b->slot);
+    return slots;
+  };
+  store(cache, tokens(12, 100), 1);  // 3 blocks
+  store(cache, tokens(8, 200), 2);   // 2 blocks
+  EXPECT_EQ(slots_of(tokens(12, 100)), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(slots_of(tokens(8, 200)), (std::vector<int>{3, 4}));
+  store(cache, tokens(20, 100), 1);  // the first prefix gains 2 blocks: slot 3 is taken, so the free run [5, 8)
+  EXPECT_EQ(slots_of(tokens(20, 100)), (std::vector<int>{0, 1, 2, 5, 6}));
+  cache.evict_to(20);  // the least recently used: the second prefix's blocks, slots 3 and 4 (last first)
+  EXPECT_EQ(matched(cache, tokens(8, 200)), 0);
+  store(cache, tokens(8, 300), 3);  // 2 blocks: the first free run of 2 is [3, 5)
+  EXPECT_EQ(slots_of(tokens(8, 300)), (std::vector<int>{3, 4}));
+  EXPECT_EQ(store(cache, tokens(12, 400), 4), 1);  // one slot left (7); the 8 slots are the limit
+  EXPECT_EQ(cache.blocks(), 8);
+  EXPECT_EQ(slots_of(tokens(4, 400)), (std::vector<int>{7}));
+}
+
 TEST(PrefixCache, AnOrphanedBlockNeverMatchesUnderANewParent) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   const auto t = tokens(8);
   store(cache, t, 1);
   auto hit = cache.match(t.data(), 8, cache.chain(t.data(), 8), false);
@@ -157,7 +188,7 @@ TEST(PrefixCache, AnOrphanedBlockNeverMatchesUnderANewParent) {
 }
 
 TEST(PrefixCache, EventsNameStoredAndRemovedBlocksInOrder) {
-  PrefixCache cache(kBlock, 1);
+  PrefixCache cache(kBlock, 1, 64);
   const auto t = tokens(12);
   const auto names = cache.chain(t.data(), 12);
   store(cache, tokens(8), 1);

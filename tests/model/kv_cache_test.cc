@@ -1,6 +1,7 @@
 // The KV cache's head-major layout: rows written as [n, kv_heads, head_dim] read back the same through read_row and
 // through rows() as kernels::attention_tiled addresses it (what attention reads: keys in tiles of 16), across capacity
-// growth, tree commits, truncation and both dtypes; bad requests throw and leave the cache usable.
+// growth, tree commits, truncation, shared blocks read in place and both dtypes; bad requests throw and leave the
+// cache usable.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -21,13 +22,20 @@ using Rows = std::vector<std::vector<std::vector<float>>>;
 
 float stored(float x, DType dtype) { return dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
 
-// Element d of head g of row j through rows(layer), at ops.h's attention_tiled addresses: what attention reads.
+// Element d of head g of row j through rows(layer), at the addresses kernels::attention_tiled reads (kv_span.h): the
+// span holding row j, keys in tiles of 16, values in rows.
 float strided(const KVCache& cache, int layer, bool value, int j, int g, int d) {
   const KVRows kv = cache.rows(layer);
-  EXPECT_EQ(kv.row_stride, kHeadDim);
-  EXPECT_EQ(kv.head_stride % (16 * kHeadDim), 0);  // whole tiles per head
-  const int64_t at = g * kv.head_stride + (value ? j * kv.row_stride + d : (j / 16) * 16 * kHeadDim + d * 16 + j % 16);
-  const void* base = value ? kv.v : kv.k;
+  EXPECT_GE(kv.n_spans, 1);
+  EXPECT_EQ(kv.spans[0].first_row, 0);
+  int s = kv.n_spans - 1;
+  while (s > 0 && kv.spans[s].first_row > j) --s;
+  const kernels::KVSpan& span = kv.spans[s];
+  EXPECT_EQ(span.first_row % 16, 0);
+  EXPECT_EQ(span.head_stride % (16 * kHeadDim), 0);  // whole tiles per head
+  const int r = j - span.first_row;
+  const int64_t at = g * span.head_stride + (value ? r * kHeadDim + d : (r / 16) * 16 * kHeadDim + d * 16 + r % 16);
+  const void* base = value ? span.v : span.k;
   if (kv.dtype == DType::F32) return static_cast<const float*>(base)[at];
   return bf16_to_f32(static_cast<const uint16_t*>(base)[at]);
 }
@@ -99,43 +107,91 @@ TEST_P(KVCacheLayout, RowsSurviveGrowthCommitsAndTruncation) {
   expect_holds(cache, want);
 }
 
-// The prefix cache copies blocks of committed rows out of one cache and into another: the bits survive, the rows
-// land after what the receiving cache already holds, in any order of growth.
-TEST_P(KVCacheLayout, ExportedRowsImportBitExactAfterExistingRows) {
+// Rows [first, first + n) of `want` written as a cache's next rows (begin_append, write_pending, commit_all).
+void append_rows(KVCache& cache, const Rows& want, int first, int n) {
+  cache.begin_append(n);
+  for (int l = 0; l < kLayers; ++l) {
+    std::vector<float> k(size_t(n) * kDim), v(k.size());  // [n, kv_heads, head_dim]
+    for (int r = 0; r < n; ++r)
+      for (int e = 0; e < kDim; ++e) {
+        k[size_t(r) * kDim + e] = want[first + r][l][e];
+        v[size_t(r) * kDim + e] = want[first + r][l][kDim + e];
+      }
+    cache.write_pending(l, 0, n, k.data(), v.data());
+  }
+  cache.commit_all();
+}
+
+// The prefix cache's pool takes runs of a request's rows (overwrite_rows); other caches read them in place as their
+// first rows (share_rows): the bits survive, runs that continue each other in the pool become one span, own rows
+// follow them across growth and tree commits, and the pool is never written through them.
+TEST_P(KVCacheLayout, SharedRowsReadInPlaceBeforeOwnRows) {
   std::mt19937 rng(7);
   KVCache source(kLayers, kHeads, kHeadDim, kMax, GetParam());
   Rows rows = append(source, 90, rng);
   source.commit_all();
-  const int64_t block_bytes = 16 * source.bytes_per_row();
-  std::vector<uint8_t> a(block_bytes), b(block_bytes);  // [layers, 2, heads, 16 * head_dim] each
-  source.export_rows(16, 16, a.data());
-  source.export_rows(32, 16, b.data());
+  KVCache pool(kLayers, kHeads, kHeadDim, 128, GetParam());
+  pool.begin_append(128);
+  pool.commit_all();
+  pool.overwrite_rows(32, 48, source, 0);   // source rows [0, 48) at pool rows [32, 80)
+  pool.overwrite_rows(96, 16, source, 48);  // source rows [48, 64) at [96, 112)
   KVCache dest(kLayers, kHeads, kHeadDim, kMax, GetParam());
-  Rows want = append(dest, 5, rng);
-  dest.commit_all();
-  dest.import_rows(16, a.data());
-  dest.import_rows(16, b.data());
-  want.insert(want.end(), rows.begin() + 16, rows.begin() + 48);
+  dest.share_rows(pool, 32, 16);
+  dest.share_rows(pool, 48, 32);  // continues the run: the same span
+  dest.share_rows(pool, 96, 16);  // another run
+  EXPECT_EQ(dest.shared_rows(), 64);
+  EXPECT_EQ(dest.rows(0).n_spans, 2);  // no own rows yet
+  Rows want(rows.begin(), rows.begin() + 64);
   expect_holds(dest, want);
-  // Rows can follow an import (a prefill continues after its cached prefix).
+  // Own rows follow (a prefill continues after its cached prefix), through growth and a tree commit.
   Rows after = append(dest, 70, rng);
   dest.commit_all();
   want.insert(want.end(), after.begin(), after.end());
+  EXPECT_EQ(dest.rows(0).n_spans, 3);
   expect_holds(dest, want);
-  // Rows off the 16-row key tiles on both sides (runs split at tile bounds differently in each cache).
-  std::vector<uint8_t> c(23 * source.bytes_per_row());
-  source.export_rows(7, 23, c.data());
-  dest.import_rows(23, c.data());
-  want.insert(want.end(), rows.begin() + 7, rows.begin() + 30);
+  Rows tree = append(dest, 5, rng);
+  dest.commit({0, 2, 3});
+  for (int i : {0, 2, 3}) want.push_back(tree[i]);
   expect_holds(dest, want);
-  EXPECT_THROW(source.export_rows(80, 16, a.data()), Error);  // past the committed rows
-  dest.begin_append(1);
-  EXPECT_THROW(dest.import_rows(16, a.data()), Error);  // pending rows
-  dest.drop_pending();
+  // Rows copied out of dest (shared and own alike) are dest's rows; the pool's rows are the source's still.
+  KVCache copy(kLayers, kHeads, kHeadDim, 128, GetParam());
+  copy.begin_append(128);
+  copy.commit_all();
+  copy.overwrite_rows(0, 96, dest, 32);
+  KVCache flat(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  append_rows(flat, want, 32, 96);
+  for (int l = 0; l < kLayers; ++l)
+    for (int j = 0; j < 96; ++j) {
+      std::vector<float> a(kDim), b(kDim), c(kDim), d(kDim);
+      copy.read_row(l, j, a.data(), b.data());
+      flat.read_row(l, j, c.data(), d.data());
+      ASSERT_EQ(a, c) << "row " << j;
+      ASSERT_EQ(b, d) << "row " << j;
+    }
+  KVCache pool_view(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  pool_view.share_rows(pool, 32, 48);
+  expect_holds(pool_view, Rows(rows.begin(), rows.begin() + 48));
+
+  EXPECT_THROW(pool.overwrite_rows(8, 16, source, 0), Error);    // not whole tiles
+  EXPECT_THROW(pool.overwrite_rows(0, 16, source, 80), Error);   // past the source's rows
+  EXPECT_THROW(dest.share_rows(pool, 0, 16), Error);             // after own rows
+  EXPECT_THROW(dest.truncate(40), Error);                        // into the shared rows
+  KVCache fresh(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  EXPECT_THROW(fresh.share_rows(pool, 0, 8), Error);     // not whole tiles
+  EXPECT_THROW(fresh.share_rows(pool, 120, 16), Error);  // past the pool's rows
+  fresh.begin_append(1);
+  EXPECT_THROW(fresh.share_rows(pool, 0, 16), Error);  // pending rows
   KVCache small(kLayers, kHeads, kHeadDim, 20, GetParam());
-  small.import_rows(16, a.data());
-  EXPECT_THROW(small.import_rows(16, b.data()), Error);  // over max_tokens
+  small.share_rows(pool, 32, 16);
+  EXPECT_THROW(small.share_rows(pool, 48, 16), Error);  // over max_tokens
   EXPECT_EQ(small.length(), 16);
+  Rows tail = append(small, 4, rng);  // own rows up to max_tokens
+  small.commit_all();
+  want.assign(rows.begin(), rows.begin() + 16);
+  want.insert(want.end(), tail.begin(), tail.end());
+  expect_holds(small, want);
+  KVCache other_shape(kLayers, kHeads + 1, kHeadDim, kMax, GetParam());
+  EXPECT_THROW(other_shape.share_rows(pool, 32, 16), Error);
 }
 
 // Buffers are not zeroed when allocated, and attention reads whole key tiles: the lanes past the last row of a tile
