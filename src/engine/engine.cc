@@ -230,11 +230,20 @@ int Engine::num_waiting() const {
 
 int Engine::num_running() const { return int(sched_.seqs.size()) - num_waiting(); }
 
-std::vector<const PrefixCache::Block*> Engine::cache_hit(const Live& live) const {
+std::vector<const PrefixCache::Block*> Engine::CacheHit::all() const {
+  std::vector<const PrefixCache::Block*> out = blocks;
+  if (tail.block) out.push_back(tail.block);
+  return out;
+}
+
+Engine::CacheHit Engine::cache_hit(const Live& live) const {
   if (!prefix_cache_) return {};
   // At least the prompt's last token is computed: its logits give the first generated token.
   const int n = int(live.request.prompt.size()) - 1;
-  return prefix_cache_->match(live.request.prompt.data(), n, live.prompt_chain, live.speculative);
+  CacheHit hit;
+  hit.blocks = prefix_cache_->match(live.request.prompt.data(), n, live.prompt_chain, live.speculative);
+  hit.tail = prefix_cache_->match_tail(live.request.prompt.data(), n, hit.blocks, live.speculative);
+  return hit;
 }
 
 void Engine::refresh_cached_prefixes() {
@@ -248,26 +257,34 @@ void Engine::refresh_cached_prefixes() {
     Live& live = *live_.at(s.id);
     if (s.phase == sched::Phase::Waiting) {
       if (looked++ == config_.max_batch) break;  // admission stops earlier
-      const std::vector<const PrefixCache::Block*> hit = cache_hit(live);
-      s.prefilled = s.context_len = int(hit.size()) * b;
+      const CacheHit hit = cache_hit(live);
+      s.prefilled = s.context_len = int(hit.blocks.size()) * b + hit.tail.rows;
       // Blocks pinned already are counted once in shared_rows; the others count as the rows of the first waiting
-      // request that would pin them (admission goes in this order and stops at the first that does not fit).
+      // request that would pin them (admission goes in this order and stops at the first that does not fit). A
+      // tail's rows are copied: its own.
       int free_blocks = 0;
-      for (const PrefixCache::Block* block : hit) free_blocks += block->refs > 0 || !claimed.insert(block).second;
+      for (const PrefixCache::Block* block : hit.blocks)
+        free_blocks += block->refs > 0 || !claimed.insert(block).second;
       s.reserve_rows = live.reserve_rows - free_blocks * b;
     } else if (s.phase == sched::Phase::Prefill && !live.prefill_started && !live.done()) {
       // Admitted beside a request that shares its prefix and is prefilling it now (a burst of requests with one
       // system prompt): the blocks that request stored since take this one's prefill further. Its cache holds
-      // only shared blocks so far; the new ones follow them.
-      const std::vector<const PrefixCache::Block*> hit = cache_hit(live);
-      const int held = live.cache.length() / b;
-      if (int(hit.size()) <= held) continue;
-      const std::vector<const PrefixCache::Block*> more(hit.begin() + held, hit.end());
+      // only shared blocks so far (else its own rows are under way); the new ones follow them.
+      if (live.cache.length() != live.cache.shared_rows()) continue;
+      const CacheHit hit = cache_hit(live);
+      const int held = live.cache.shared_rows() / b;
+      if (int(hit.blocks.size()) <= held && hit.tail.rows == 0) continue;
+      const std::vector<const PrefixCache::Block*> more(hit.blocks.begin() + std::min<int>(held, hit.blocks.size()),
+                                                        hit.blocks.end());
+      const std::vector<const PrefixCache::Block*> tail_block = CacheHit{{}, hit.tail}.all();
+      prefix_cache_->acquire(tail_block);
       try {
         share_blocks(live, more);
+        copy_tail(live, hit.tail);
       } catch (const std::exception& e) {
         fail(live, e.what());
       }
+      prefix_cache_->release(tail_block);
       s.prefilled = s.context_len = live.cache.length();
       s.reserve_rows = live.reserve_rows - live.cache.shared_rows();
     }
@@ -289,6 +306,17 @@ void Engine::share_blocks(Live& live, const std::vector<const PrefixCache::Block
   metrics_.prefix_cache_hits += int64_t(blocks.size()) * b;
 }
 
+void Engine::copy_tail(Live& live, const PrefixCache::Tail& tail) {
+  if (tail.rows == 0) return;
+  const double t0 = now_ms();
+  const int first = tail.block->slot * prefix_cache_->block_tokens();
+  live.cache.append_rows(target_pool_, first, tail.rows);
+  if (live.speculative) live.drafter_state.context.append_rows(drafter_pool_, first, tail.rows);
+  metrics_.prefix_cache_copy_ms_total += now_ms() - t0;
+  live.stats.cached_prompt_tokens = live.cache.length();
+  metrics_.prefix_cache_hits += tail.rows;
+}
+
 void Engine::forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it) {
   if (prefix_cache_) prefix_cache_->release(it->second->shared_blocks);
   live_.erase(it);
@@ -306,12 +334,12 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
   // own), unpin the admission's pins, make room again.
   const double t0 = now_ms();
   double own_caches_ms = 0;  // allocating the requests' own caches: not the prefix cache's work
-  std::vector<std::vector<const PrefixCache::Block*>> hits(ids.size());
+  std::vector<CacheHit> hits(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     Live& live = *live_.at(ids[i]);
     live.admitted = true;
     hits[i] = cache_hit(live);
-    if (prefix_cache_) prefix_cache_->acquire(hits[i]);
+    if (prefix_cache_) prefix_cache_->acquire(hits[i].all());
   }
   if (prefix_cache_) prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -323,7 +351,7 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
     } catch (const std::exception& e) {
       fail(live, e.what());
     }
-    if (prefix_cache_) prefix_cache_->release(hits[i]);
+    if (prefix_cache_) prefix_cache_->release(hits[i].all());
   }
   if (prefix_cache_) {
     prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
@@ -331,7 +359,7 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
   }
 }
 
-double Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& hit) {
+double Engine::admit(Live& live, const CacheHit& hit) {
   const double t0 = now_ms();
   live.cache = target_.new_cache(live.reserve_rows);
   if (live.speculative) live.drafter_state = drafter_->new_state(live.context_rows);  // + block_size rows
@@ -340,7 +368,8 @@ double Engine::admit(Live& live, const std::vector<const PrefixCache::Block*>& h
   metrics_.prompt_tokens += prompt;
   if (prefix_cache_) {
     metrics_.prefix_cache_queries += prompt;
-    share_blocks(live, hit);
+    share_blocks(live, hit.blocks);
+    copy_tail(live, hit.tail);
     sched::SeqView* view = nullptr;
     for (sched::SeqView& s : sched_.seqs)
       if (s.id == live.id) view = &s;
@@ -372,22 +401,25 @@ void Engine::store_prefix(Live& live) {
     }
   }
   const double t0 = now_ms();
-  const int n = live.cache.length();  // context tokens: the prompt, then the generated tokens fed back
+  // Context tokens: the prompt, then the generated tokens fed back. A round that ended the request may have kept
+  // rows of accepted tokens past the last one emitted (max_new_tokens cut the emission short): their tokens are not
+  // the request's, so their rows are not stored.
   std::vector<int32_t> context(live.request.prompt);
   context.insert(context.end(), live.generated.begin(), live.generated.end());
+  const int n = std::min(live.cache.length(), int(context.size()));
   context.resize(size_t(n));
   const int b = prefix_cache_->block_tokens();
   const int drafter_rows = live.speculative ? live.drafter_state.context.length() : 0;
   double copy_ms = 0;
-  auto target = [&](int i, int slot) {
+  auto target = [&](int i, int slot, int rows) {
     const double t = now_ms();
-    target_pool_.overwrite_rows(slot * b, b, live.cache, i * b);
+    target_pool_.overwrite_rows(slot * b, rows, live.cache, i * b);
     copy_ms += now_ms() - t;
   };
-  auto drafter = [&](int i, int slot) {
-    if ((i + 1) * b > drafter_rows) return false;
+  auto drafter = [&](int i, int slot, int rows) {
+    if (i * b + rows > drafter_rows) return false;
     const double t = now_ms();
-    drafter_pool_.overwrite_rows(slot * b, b, live.drafter_state.context, i * b);
+    drafter_pool_.overwrite_rows(slot * b, rows, live.drafter_state.context, i * b);
     copy_ms += now_ms() - t;
     return true;
   };
@@ -396,8 +428,9 @@ void Engine::store_prefix(Live& live) {
       n <= int(live.request.prompt.size())
           ? std::vector<uint64_t>(live.prompt_chain.begin(), live.prompt_chain.begin() + n / b)
           : prefix_cache_->chain(context.data(), n);
+  // A request that ends leaves its last partial block as a tail too (the next turn of a chat reuses every row).
   prefix_cache_->store(context.data(), n, chain, prefix_cache_limit_rows(live.done() ? &live : nullptr), target,
-                       drafter);
+                       drafter, /*tail=*/live.done());
   metrics_.prefix_cache_ms_total += now_ms() - t0;
   metrics_.prefix_cache_copy_ms_total += copy_ms;
 }

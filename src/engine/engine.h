@@ -128,14 +128,23 @@ class Engine {
 
   // Admission of the plan's requests: each gets its caches, reading the rows of its prefix-cache hit in place.
   void admit_all(const std::vector<RequestId>& ids);
+  // What a request's prompt finds in the prefix cache: whole blocks it reads in place, then the rows of a tail (or of
+  // a block that diverges mid-way) it copies.
+  struct CacheHit {
+    std::vector<const PrefixCache::Block*> blocks;
+    PrefixCache::Tail tail;
+    std::vector<const PrefixCache::Block*> all() const;  // blocks, then the tail's block if any
+  };
   // Returns the milliseconds spent allocating the request's own caches (work the prefix cache does not add).
-  double admit(Live& live, const std::vector<const PrefixCache::Block*>& hit);
+  double admit(Live& live, const CacheHit& hit);
   // The prefix cache's part of the step: what each waiting request would find there (its SeqView's prefilled),
   // storing a request's whole blocks (after its prompt, and when it ends), and the row limit it keeps to.
-  std::vector<const PrefixCache::Block*> cache_hit(const Live& live) const;
+  CacheHit cache_hit(const Live& live) const;
   void refresh_cached_prefixes();
   // Pins blocks for the request and appends their rows to its caches as shared rows (before any of its own).
   void share_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks);
+  // Copies a tail's rows into the request's caches as its first own rows (the caller pins the tail's block).
+  void copy_tail(Live& live, const PrefixCache::Tail& tail);
   // A request leaves the engine: its shared blocks are unpinned, its state freed.
   void forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it);
   void store_prefix(Live& live);

@@ -121,7 +121,41 @@ void PrefixCache::release(const std::vector<const Block*>& blocks) {
   }
 }
 
-PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens,
+uint64_t PrefixCache::tail_name(const Block& parent, const int32_t* tokens, int n) const {
+  return block_name(parent.name, tokens, n);  // n < block_tokens is hashed in: never a whole block's name
+}
+
+PrefixCache::Tail PrefixCache::match_tail(const int32_t* tokens, int n, const std::vector<const Block*>& hit,
+                                          bool need_drafter) const {
+  Tail best;
+  if (hit.empty()) return best;  // entries under no parent are not searched (every prefix's first block)
+  const int64_t at = int64_t(hit.size()) * block_tokens_;
+  const int left = int(std::min<int64_t>(n - at, block_tokens_ - 1));
+  const auto [first, last] = children_.equal_range(hit.back()->serial);
+  for (auto it = first; it != last; ++it) {
+    const Block& b = blocks_.at(it->second);
+    if (need_drafter && !b.has_drafter) continue;
+    const int most = std::min<int>(left, int(b.tokens.size()));
+    int common = 0;
+    while (common < most && b.tokens[common] == tokens[at + common]) ++common;
+    if (common > best.rows) best = {&b, common};
+  }
+  return best;
+}
+
+void PrefixCache::drop_tails(const Block* parent, const int32_t* tokens, int n) {
+  if (!parent) return;
+  std::vector<uint64_t> superseded;
+  const auto [first, last] = children_.equal_range(parent->serial);
+  for (auto it = first; it != last; ++it) {
+    const Block& b = blocks_.at(it->second);
+    const bool starts = int(b.tokens.size()) <= n && std::equal(b.tokens.begin(), b.tokens.end(), tokens);
+    if (is_tail(b) && b.refs == 0 && starts) superseded.push_back(b.name);
+  }
+  for (uint64_t name : superseded) remove(*find(name));
+}
+
+PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, const int32_t* tokens, int n,
                                         int64_t max_rows, int run) {
   evict_to(max_rows - block_tokens_);
   if (rows() + block_tokens_ > max_rows) return nullptr;
@@ -133,7 +167,9 @@ PrefixCache::Block* PrefixCache::insert(uint64_t name, const Block* parent, cons
   b.serial = next_serial_++;
   b.parent_serial = parent ? parent->serial : 0;
   if (parent) b.parent_name = parent->name;
-  b.tokens.assign(tokens, tokens + block_tokens_);
+  b.tokens.assign(tokens, tokens + n);
+  tails_ += is_tail(b);
+  if (parent) children_.emplace(parent->serial, name);
   return &b;
 }
 
@@ -155,12 +191,23 @@ void PrefixCache::note_stored(const Block& b) {
 }
 
 void PrefixCache::remove(Block& b) {
-  if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::BlockRemoved) {
-    events_.emplace_back();
-    events_.back().kind = KvCacheEvent::Kind::BlockRemoved;
+  if (!is_tail(b)) {  // tails were never announced
+    if (events_.empty() || events_.back().kind != KvCacheEvent::Kind::BlockRemoved) {
+      events_.emplace_back();
+      events_.back().kind = KvCacheEvent::Kind::BlockRemoved;
+    }
+    events_.back().block_hashes.push_back(b.name);
   }
-  events_.back().block_hashes.push_back(b.name);
+  if (b.parent_serial != 0) {
+    const auto [first, last] = children_.equal_range(b.parent_serial);
+    for (auto it = first; it != last; ++it)
+      if (it->second == b.name) {
+        children_.erase(it);
+        break;
+      }
+  }
   lru_.erase({b.last_use, b.serial});
+  tails_ -= is_tail(b);
   free_slot(b.slot);
   blocks_.erase(b.name);
 }
@@ -178,6 +225,8 @@ void PrefixCache::clear() {
   const bool had = !blocks_.empty();
   blocks_.clear();
   lru_.clear();
+  children_.clear();
+  tails_ = 0;
   free_runs_.clear();
   if (slots_ > 0) free_runs_[0] = slots_;
   if (had) {

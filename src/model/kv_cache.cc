@@ -141,26 +141,45 @@ void KVCache::overwrite_rows(int first, int n, const KVCache& from, int from_fir
   TS_CHECK(first >= shared_rows_ && n >= 0 && first + n <= length_ && from_first >= 0 && from_first + n <= from.length_,
            "KV overwrite: rows [", first, ", ", first + n, ") from [", from_first, ", ", from_first + n,
            ") outside the committed own rows");
-  TS_CHECK((first - shared_rows_) % kTile == 0 && from_first % kTile == 0 && n % kTile == 0, "KV overwrite: rows [",
-           first, ", ", first + n, ") from row ", from_first, " are not whole tiles of ", kTile, " rows");
-  // Tile by tile from whichever span of `from` holds it: a tile's keys [head_dim][16] and its 16 value rows are each
-  // one run in both caches.
-  const size_t eb = size_t(elem_bytes_), tile_bytes = size_t(kTile) * head_dim_ * eb;
+  TS_CHECK((first - shared_rows_) % kTile == 0 && from_first % kTile == 0, "KV overwrite: rows [", first, ", ",
+           first + n, ") from row ", from_first, " do not start key tiles of ", kTile, " rows");
+  // Tile by tile from whichever span of `from` holds it: a tile's keys [head_dim][16] and its value rows are each one
+  // run in both caches (a last partial tile: the keys' lanes of its rows, per dimension).
+  const size_t eb = size_t(elem_bytes_), row_bytes = size_t(head_dim_) * eb;
   for (int l = 0; l < num_layers(); ++l) {
     const KVRows src = from.rows(l);
     for (int t = 0; t < n; t += kTile) {
+      const int rows = std::min(kTile, n - t);
       int s = src.n_spans - 1;
       while (src.spans[s].first_row > from_first + t) --s;
       const kernels::KVSpan& span = src.spans[s];
-      const size_t at = size_t(from_first + t - span.first_row) * head_dim_ * eb;
-      const size_t to = size_t(first + t - shared_rows_) * head_dim_ * eb;
+      const size_t at = size_t(from_first + t - span.first_row) * row_bytes;
+      const size_t to = size_t(first + t - shared_rows_) * row_bytes;
       for (int g = 0; g < kv_heads_; ++g) {
-        const size_t src_head = size_t(g) * span.head_stride * eb, dst_head = size_t(g) * capacity_ * head_dim_ * eb;
-        std::memcpy(keys_[l].data() + dst_head + to, static_cast<const uint8_t*>(span.k) + src_head + at, tile_bytes);
+        const size_t src_head = size_t(g) * span.head_stride * eb, dst_head = size_t(g) * capacity_ * row_bytes;
+        const uint8_t* k_from = static_cast<const uint8_t*>(span.k) + src_head + at;
+        uint8_t* k_to = keys_[l].data() + dst_head + to;
+        if (rows == kTile)
+          std::memcpy(k_to, k_from, kTile * row_bytes);
+        else
+          for (int d = 0; d < head_dim_; ++d)
+            std::memcpy(k_to + size_t(d) * kTile * eb, k_from + size_t(d) * kTile * eb, rows * eb);
         std::memcpy(values_[l].data() + dst_head + to, static_cast<const uint8_t*>(span.v) + src_head + at,
-                    tile_bytes);
+                    rows * row_bytes);
       }
     }
+  }
+}
+
+void KVCache::append_rows(const KVCache& from, int from_first, int n) {
+  TS_CHECK(pending_ == 0, "KV append: pending rows");
+  begin_append(n);
+  commit_all();
+  try {
+    overwrite_rows(length_ - n, n, from, from_first);
+  } catch (...) {
+    length_ -= n;  // nothing appended
+    throw;
   }
 }
 

@@ -90,9 +90,13 @@ class KVCache {
   // Allocates room for `rows` rows (committed + pending) at once, so a run of appends does not regrow the buffers.
   void reserve(int rows) { reserve_rows(std::min(rows, max_tokens_)); }
   // Writes committed own rows [first, first + n) with rows [from_first, from_first + n) of `from` (committed, shared
-  // or own), bits unchanged: the prefix cache's pool takes a request's rows so. first, from_first and n are multiples
-  // of 16 (whole key tiles); both caches have the same shape and dtype.
+  // or own), bits unchanged: the prefix cache's pool takes a request's rows so. first and from_first start key tiles
+  // (own rows first - shared_rows() and from_first are multiples of 16); the other lanes of the last tile are left
+  // as they are. Both caches have the same shape and dtype.
   void overwrite_rows(int first, int n, const KVCache& from, int from_first);
+  // Appends n committed own rows copied from rows [from_first, from_first + n) of `from` (overwrite_rows' rules: the
+  // cache's own rows so far fill whole tiles). Throws ts::Error when length + n > max_tokens.
+  void append_rows(const KVCache& from, int from_first, int n);
   // Appends n committed rows that stay in `pool` (its committed own rows [first, first + n)), read in place: the
   // caller keeps them unchanged, and the pool's buffers in place (it never grows), while this cache (or a move of
   // it) exists. Only before the cache's own rows: length() == shared_rows() and no pending rows. first and n are

@@ -20,27 +20,29 @@ std::vector<int32_t> tokens(int n, int32_t first = 100) {
   return t;
 }
 
-// What the pools' slots hold: a value that says which context and block stored it (tag * 16 + block).
-std::map<int, int> target_pool, drafter_pool;
+// What the pools' slots hold: a value that says which context and block stored it (tag * 16 + block), and how many
+// rows (a tail's fewer).
+std::map<int, int> target_pool, drafter_pool, target_rows;
 struct FakeRows {
   std::map<int, int>* pool;
   int tag;
-  bool operator()(int i, int slot) const {
+  bool operator()(int i, int slot, int rows) const {
     (*pool)[slot] = tag * 16 + i;
+    if (pool == &target_pool) target_rows[slot] = rows;
     return true;
   }
 };
 struct NoRows {
-  bool operator()(int, int) const { return false; }
+  bool operator()(int, int, int) const { return false; }
 };
 
 int store(PrefixCache& cache, const std::vector<int32_t>& t, int tag, int64_t max_rows = 1 << 20,
-          bool drafter = false) {
+          bool drafter = false, bool tail = false) {
   const auto chain = cache.chain(t.data(), int(t.size()));
   if (drafter)
     return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{&target_pool, tag},
-                       FakeRows{&drafter_pool, tag + 8});
-  return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{&target_pool, tag}, NoRows{});
+                       FakeRows{&drafter_pool, tag + 8}, tail);
+  return cache.store(t.data(), int(t.size()), chain, max_rows, FakeRows{&target_pool, tag}, NoRows{}, tail);
 }
 
 int matched(const PrefixCache& cache, const std::vector<int32_t>& t, bool need_drafter = false) {
@@ -168,6 +170,54 @@ TEST(PrefixCache, APrefixsBlocksTakeConsecutiveSlots) {
   EXPECT_EQ(store(cache, tokens(12, 400), 4), 1);  // one slot left (7); the 8 slots are the limit
   EXPECT_EQ(cache.blocks(), 8);
   EXPECT_EQ(slots_of(tokens(4, 400)), (std::vector<int>{7}));
+}
+
+// Tails: a context's last partial block, stored when asked, under its last whole block. A query finds, after its
+// whole blocks, the entry under the last one with the most leading tokens in common (a tail, or a whole block that
+// diverges from it), never more than the query's own tokens; a tail is not announced to routers, needs drafter rows
+// for a speculating query, and goes when a whole block that starts with its tokens arrives.
+TEST(PrefixCache, TailsAndDivergingBlocksGiveTheirCommonLeadingRows) {
+  PrefixCache cache(kBlock, 1, 64);
+  auto tail_of = [&](const std::vector<int32_t>& t, int n, bool need_drafter = false) {
+    const auto chain = cache.chain(t.data(), n);
+    return cache.match_tail(t.data(), n, cache.match(t.data(), n, chain, need_drafter), need_drafter);
+  };
+  auto context = tokens(11);  // 2 whole blocks and a tail of 3
+  EXPECT_EQ(store(cache, context, 1, 1 << 20, false, true), 3);
+  cache.take_events();
+  EXPECT_EQ(cache.blocks(), 2);
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_EQ(cache.rows(), 3 * kBlock);  // a tail takes a slot
+  auto next = tokens(11);
+  next.push_back(7);
+  next.push_back(8);
+  PrefixCache::Tail t = tail_of(next, 12);
+  ASSERT_NE(t.block, nullptr);
+  EXPECT_EQ(t.rows, 3);
+  EXPECT_EQ(target_rows.at(t.block->slot), 3);  // only the tail's rows were written
+  EXPECT_EQ(tail_of(next, 10).rows, 2);         // no more than the query has
+  next[9] = 0;
+  EXPECT_EQ(tail_of(next, 12).rows, 1);  // the common leading tokens
+  EXPECT_EQ(tail_of(next, 12, true).rows, 0);  // no drafter rows
+  EXPECT_EQ(tail_of(tokens(7), 7).rows, 3);       // a query shorter than block 1 takes its first rows
+  EXPECT_EQ(tail_of(tokens(7, 300), 7).rows, 0);  // no whole block matched: entries under none are not searched
+  // A whole block under the same parent that diverges mid-way gives its common rows too.
+  auto other = tokens(12);
+  other[10] = 0;  // block 2 = {108, 109, 0, 111}
+  store(cache, other, 2);
+  auto query = tokens(12);
+  query[10] = 0;
+  query[11] = 5;
+  query.push_back(1);
+  EXPECT_EQ(tail_of(query, 13).rows, 3);  // block 2 of `other`: 108, 109, 0
+  // The next turn's whole block starting with the tail's tokens replaces the tail; no event named it.
+  store(cache, tokens(16), 3);
+  EXPECT_EQ(cache.blocks(), 5);  // 2 shared, other's block 2, the new blocks 2 and 3
+  EXPECT_EQ(cache.entries(), 5);  // the tail went
+  for (const KvCacheEvent& e : cache.take_events())
+    if (e.kind == KvCacheEvent::Kind::BlockStored) EXPECT_EQ(e.token_ids.size() % kBlock, 0u);
+    else EXPECT_EQ(e.kind, KvCacheEvent::Kind::BlockStored) << "a tail's removal was announced";
+  EXPECT_EQ(tail_of(next, 12).rows, 1);  // now from the whole block 2 (108, then 0 != 110)
 }
 
 TEST(PrefixCache, AnOrphanedBlockNeverMatchesUnderANewParent) {

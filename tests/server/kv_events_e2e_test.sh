@@ -10,7 +10,9 @@
 #   - the first request's blocks are exactly the whole blocks of its prompt (token ids from `treespark tokenize`,
 #     which must match the server's prompt_tokens) continued by its generated tokens;
 #   - every BlockRemoved hash is held (stored, not yet removed); at least one removal happened;
-#   - the repeating request's cached_tokens equals what the subscriber's view of the cache predicts, and is > 0;
+#   - the repeating request's cached_tokens is what the subscriber's view of the cache predicts (> 0: whole blocks,
+#     the unit routers see) plus fewer than a block's more (the leading rows of the held entry after them, which
+#     the engine copies and does not announce);
 #   - at the end the blocks the subscriber believes held equal /metrics' treespark:prefix_cache_blocks.
 # Usage: kv_events_e2e_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
@@ -192,14 +194,15 @@ assert len(chain_tokens) > len(first_ids) // B * B, "no block of the first answe
 print("first request: %d blocks = %d prompt tokens + answer tokens" % (len(chain_tokens) // B, len(first_ids)))
 assert state["removed"] > 0, "no block was removed: the KV budget did not force evictions"
 
-# A prompt repeating the last request's start: its hit is what the events say the cache holds.
+# A prompt repeating the last request's start: its hit is what the events say the cache holds, plus fewer than a
+# block's rows from the entry after those blocks (the repeated text runs into the middle of a held block).
 text = prompts[-1][:len(prompts[-1]) * 3 // 4] + " And then, quite suddenly, everything changed."
 ids = tokenize(text)
 want = predicted_hit(ids)
 gen, usage = complete(text)
 cached = usage["prompt_tokens_details"]["cached_tokens"]
 print("repeated prefix: %d prompt tokens, %d cached (events predicted %d)" % (len(ids), cached, want))
-assert want > 0 and cached == want, (cached, want)
+assert want > 0 and want <= cached < want + B, (cached, want)
 contexts.append(ids + gen)
 stored = drain()
 if stored:  # blocks after the shared ones hang off a held block of the earlier chain

@@ -1,9 +1,9 @@
 // The engine's prefix cache end to end through the server, on the shipped pair (models/) with the real batched
-// engine: usage.prompt_tokens_details.cached_tokens (plain and streamed) is exactly the whole blocks an earlier
-// request's context shares with the prompt, the prompt's last token excluded; greedy output served from cached rows
-// equals the output of a server without the cache; /metrics' prefix-cache counters move by the prompt and cached
-// tokens; a chat's second turn reuses the first turn's answer; with the cache off nothing is reused and
-// cache_config_info says so.
+// engine: usage.prompt_tokens_details.cached_tokens (plain and streamed) is exactly the prefix an earlier request's
+// context shares with the prompt (once it spans a whole block), the prompt's last token excluded; greedy output
+// served from cached rows equals the output of a server without the cache; /metrics' prefix-cache counters move by
+// the prompt and cached tokens; a chat's second turn reuses the first turn's answer; with the cache off nothing is
+// reused and cache_config_info says so.
 #include <algorithm>
 #include <cstdio>
 
@@ -38,21 +38,36 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return n;
 }
 
-// What the prefix cache must supply for `prompt` after `contexts` were stored: the whole blocks it shares with the
-// most similar one, but never the prompt's last token (always computed).
-int expected_cached(const std::vector<int32_t>& prompt, const std::vector<std::vector<int32_t>>& contexts) {
-  size_t shared = 0;
-  for (const auto& c : contexts) shared = std::max(shared, common_prefix(prompt, c));
-  const size_t usable = std::min(shared, prompt.size() - 1);
-  return int(usable / kBlock * kBlock);
+// A request that finished: its prompt and answer.
+struct Finished {
+  std::vector<int32_t> prompt, ids;
+};
+
+// What the prefix cache supplies for `prompt` after `finished` requests left their contexts: every row of the
+// longest prefix the prompt shares with one of them, once that spans a whole block (the whole blocks are read in
+// place, the rest copied from the entry that holds it), never the prompt's last token (always computed). A context
+// holds the prompt and every answer token but the last, or all of them where the last round fed the last one back:
+// the bounds {fewest, most}.
+std::pair<int, int> expected_cached(const std::vector<int32_t>& prompt, const std::vector<Finished>& finished) {
+  auto usable = [&](bool last_fed_back) {
+    size_t shared = 0;
+    for (const Finished& f : finished) {
+      std::vector<int32_t> context = f.prompt;
+      context.insert(context.end(), f.ids.begin(), f.ids.end() - (last_fed_back || f.ids.empty() ? 0 : 1));
+      shared = std::max(shared, common_prefix(prompt, context));
+    }
+    shared = std::min(shared, prompt.size() - 1);
+    return shared >= size_t(kBlock) ? int(shared) : 0;
+  };
+  return {usable(false), usable(true)};
 }
 
-// The context a finished request leaves in its cache: its prompt, then its generated tokens fed back (all but the
-// last, which was sampled and never run through the model).
-std::vector<int32_t> finished_context(std::vector<int32_t> prompt, const std::vector<int32_t>& generated) {
-  if (!generated.empty()) prompt.insert(prompt.end(), generated.begin(), generated.end() - 1);
-  return prompt;
-}
+#define EXPECT_CACHED(got, bounds)      \
+  do {                                  \
+    const auto [fewest, most] = bounds; \
+    EXPECT_GE(got, fewest);             \
+    EXPECT_LE(got, most);               \
+  } while (0)
 
 // The sample line of a Prometheus page that starts with `prefix` (empty when none).
 std::string metric_line(const std::string& page, const std::string& prefix) {
@@ -152,28 +167,28 @@ const std::string kModel = "{model_name=\"treespark-target\"";
 // (a) cached_tokens in usage, plain and streamed, and the cached rows' answers equal an uncached server's.
 TEST_F(PrefixCacheServerTest, CachedTokensReportedAndOutputEqualsUncachedServer) {
   start(/*prefix_cache=*/true);
-  std::vector<std::vector<int32_t>> prompts, stored;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Finished> stored;
   for (const std::string& e : kEndings) prompts.push_back(encode(kPrefix + e));
   ASSERT_GE(common_prefix(prompts[0], prompts[1]), size_t(100)) << "the prompts must share 100+ tokens";
 
   const Answer first = complete(kPrefix + kEndings[0]);
   EXPECT_EQ(first.prompt_tokens, int(prompts[0].size()));
   EXPECT_EQ(first.cached_tokens, 0) << "nothing to reuse on a fresh server";
-  stored.push_back(finished_context(prompts[0], first.ids));
+  stored.push_back({prompts[0], first.ids});
 
   const Answer second = complete(kPrefix + kEndings[1]);
   EXPECT_EQ(second.prompt_tokens, int(prompts[1].size()));
   EXPECT_GT(second.cached_tokens, 0);
-  EXPECT_EQ(second.cached_tokens % kBlock, 0) << "reuse is in whole blocks";
   EXPECT_LE(second.cached_tokens, second.prompt_tokens - 1) << "the prompt's last token is always computed";
-  EXPECT_EQ(second.cached_tokens, expected_cached(prompts[1], stored)) << "every shared whole block is reused";
-  stored.push_back(finished_context(prompts[1], second.ids));
+  EXPECT_CACHED(second.cached_tokens, expected_cached(prompts[1], stored));  // every shared row is reused
+  stored.push_back({prompts[1], second.ids});
 
   // Streaming: the usage chunk carries the same detail.
   const Answer third = complete(kPrefix + kEndings[2], /*stream=*/true);
   EXPECT_EQ(third.prompt_tokens, int(prompts[2].size()));
   EXPECT_GT(third.cached_tokens, 0);
-  EXPECT_EQ(third.cached_tokens, expected_cached(prompts[2], stored));
+  EXPECT_CACHED(third.cached_tokens, expected_cached(prompts[2], stored));
 
   std::printf("[prefix cache] prompts of %d, %d, %d tokens: cached %d, %d, %d (streamed)\n", first.prompt_tokens,
               second.prompt_tokens, third.prompt_tokens, first.cached_tokens, second.cached_tokens, third.cached_tokens);
@@ -200,7 +215,7 @@ TEST_F(PrefixCacheServerTest, PromptExtendingAnEarlierAnswerReusesTheAnswer) {
   const std::string p2 = p1 + first.text + " Then";
   const std::vector<int32_t> ids1 = encode(p1), ids2 = encode(p2);
   const Answer second = complete(p2);
-  EXPECT_EQ(second.cached_tokens, expected_cached(ids2, {finished_context(ids1, first.ids)}));
+  EXPECT_CACHED(second.cached_tokens, expected_cached(ids2, {{ids1, first.ids}}));
   EXPECT_GT(second.cached_tokens, int(ids1.size()) / kBlock * kBlock) << "blocks of the answer were reused";
   std::printf("[prefix cache] prompt + answer (%zu + %zu tokens) + more: %d of %d prompt tokens cached\n",
               ids1.size(), first.ids.size(), second.cached_tokens, second.prompt_tokens);
@@ -280,7 +295,7 @@ TEST_F(PrefixCacheServerTest, SecondChatTurnReusesTheFirstTurnsAnswer) {
               t1.prompt_tokens, t1.ids.size(), t2.prompt_tokens, t2.cached_tokens);
   EXPECT_GT(t2.cached_tokens, t1.prompt_tokens / 2) << "most of turn 1's conversation is reused";
   EXPECT_GT(t2.cached_tokens, t1.prompt_tokens / kBlock * kBlock) << "the answer's blocks are reused too";
-  EXPECT_EQ(t2.cached_tokens, expected_cached(p2, {p1, finished_context(p1, t1.ids)}));
+  EXPECT_CACHED(t2.cached_tokens, expected_cached(p2, {{p1, t1.ids}}));
 }
 
 // (d) With the cache off a repeated prompt is computed again, nothing is counted as a hit, and cache_config_info
