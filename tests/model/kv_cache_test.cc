@@ -194,6 +194,36 @@ TEST_P(KVCacheLayout, SharedRowsReadInPlaceBeforeOwnRows) {
   EXPECT_THROW(other_shape.share_rows(pool, 32, 16), Error);
 }
 
+// A prefix cache tail: rows copied (not shared) from the pool right after the shared ones, a partial tile of them
+// (the other key lanes of that tile stay zero, as attention reads whole tiles), then own rows computed after them.
+TEST_P(KVCacheLayout, AppendedRowsCopyAPartialTileAfterTheSharedRows) {
+  std::mt19937 rng(9);
+  KVCache source(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  Rows rows = append(source, 40, rng);
+  source.commit_all();
+  KVCache pool(kLayers, kHeads, kHeadDim, 64, GetParam());
+  pool.begin_append(64);
+  pool.commit_all();
+  pool.overwrite_rows(0, 16, source, 0);
+  pool.overwrite_rows(32, 13, source, 16);  // a tail of 13 rows
+  KVCache dest(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  dest.share_rows(pool, 0, 16);
+  dest.append_rows(pool, 32, 5);  // its first 5 rows
+  EXPECT_EQ(dest.shared_rows(), 16);
+  Rows want(rows.begin(), rows.begin() + 21);
+  expect_holds(dest, want);
+  for (int l = 0; l < kLayers; ++l)
+    for (int j = 21; j < 32; ++j)
+      for (int g = 0; g < kHeads; ++g)
+        for (int d = 0; d < kHeadDim; ++d) ASSERT_EQ(strided(dest, l, false, j, g, d), 0.0f) << "lane " << j;
+  Rows more = append(dest, 20, rng);
+  dest.commit_all();
+  want.insert(want.end(), more.begin(), more.end());
+  expect_holds(dest, want);
+  EXPECT_THROW(dest.append_rows(pool, 32, 4), Error);  // own rows not on a tile bound (41 - 16 = 25)
+  EXPECT_EQ(dest.length(), 41);
+}
+
 // Buffers are not zeroed when allocated, and attention reads whole key tiles: the lanes past the last row of a tile
 // must be set all the same. Heap blocks of the buffers' size are filled with NaN bits and freed first, so the cache's
 // allocations (which the heap hands back in reverse order) start out as garbage, not as fresh zero pages.
