@@ -91,8 +91,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--no-prefix-cache", no_prefix_cache,
                "do not reuse the KV rows of prompt prefixes (system prompts, earlier chat turns) across requests");
   app.add_option("--prefix-block-tokens", engine.prefix_block_tokens,
-                 "tokens per prefix-cache block (reuse is in whole blocks)")
-      ->check(CLI::Range(1, 4096));
+                 "tokens per prefix-cache block, a multiple of 16 (whole blocks are shared in place)")
+      ->check(CLI::Range(16, 4096))
+      ->check(CLI::Validator(
+          [](const std::string& v) { return std::stoi(v) % 16 == 0 ? std::string() : "not a multiple of 16"; },
+          "MULTIPLE OF 16"));
   app.add_option("--served-model-name", name, "the model id clients use (default: the target folder's name)");
   app.add_option("--max-body-bytes", http.limits.max_body_bytes, "larger request bodies (chunked too) get 413");
   app.add_option("--max-connections", http.limits.max_connections,
