@@ -263,7 +263,7 @@ int bench_prefix(int argc, char** argv) {
   std::printf("system prompt: %d requests, %d-token system prompt + 24-token question, %d tokens each, %d at a time\n",
               requests, system, answer, concurrency);
   std::printf("  (cache ms/step: the prefix cache's work per engine step, averaged over all steps; of which copy: rows "
-              "copied into requests and out into blocks; the rest is bookkeeping)\n");
+              "copied into the pool, and tails into requests; the rest is bookkeeping)\n");
   std::printf("  %-7s %6s %9s %8s %10s %10s %12s %10s %9s %11s\n", "cache", "block", "tok/s", "x off", "hit share",
               "step ms", "cache ms/step", "copy ms", "cache %", "bookkeep %");
   nlohmann::json sweep = nlohmann::json::array();
