@@ -94,16 +94,15 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
                       ' ', drafter_->config().num_layers, ' ', drafter_->block_size());
     const int64_t slots = budget_rows / b;
     prefix_cache_ = std::make_unique<PrefixCache>(b, std::hash<std::string>{}(identity), slots);
-    const int pool_rows = int(std::min<int64_t>(slots * b, int64_t(1) << 30));
-    if (pool_rows > 0) {
-      target_pool_ = target_.new_cache(pool_rows);
-      target_pool_.begin_append(pool_rows);  // allocates, touches nothing but the last tile's spare lanes (none)
-      target_pool_.commit_all();
-      if (drafter_) {
-        drafter_pool_ = drafter_->new_state(pool_rows).context;
-        drafter_pool_.begin_append(pool_rows);
-        drafter_pool_.commit_all();
-      }
+    // Chunks of about 4096 rows: runs of a cached prefix up to that long are one span, and a chunk is allocated only
+    // when the cache first fills one of its slots.
+    const int chunk_slots = std::max(1, 4096 / b);
+    TargetModel& target = target_;
+    target_pool_ = BlockPool([&target](int rows) { return target.new_cache(rows); }, b, slots, chunk_slots);
+    if (drafter_) {
+      Drafter* drafter = drafter_;
+      drafter_pool_ =
+          BlockPool([drafter](int rows) { return drafter->new_state(rows).context; }, b, slots, chunk_slots);
     }
     metrics_.prefix_cache_block_tokens = b;
     metrics_.prefix_cache_capacity_blocks = slots;
@@ -299,8 +298,8 @@ void Engine::share_blocks(Live& live, const std::vector<const PrefixCache::Block
   prefix_cache_->acquire(blocks);
   live.shared_blocks.insert(live.shared_blocks.end(), blocks.begin(), blocks.end());
   for (const PrefixCache::Block* block : blocks) {
-    live.cache.share_rows(target_pool_, block->slot * b, b);
-    if (live.speculative) live.drafter_state.context.share_rows(drafter_pool_, block->slot * b, b);
+    target_pool_.share(block->slot, live.cache);
+    if (live.speculative) drafter_pool_.share(block->slot, live.drafter_state.context);
   }
   live.stats.cached_prompt_tokens = live.cache.length();
   metrics_.prefix_cache_hits += int64_t(blocks.size()) * b;
@@ -309,9 +308,8 @@ void Engine::share_blocks(Live& live, const std::vector<const PrefixCache::Block
 void Engine::copy_tail(Live& live, const PrefixCache::Tail& tail) {
   if (tail.rows == 0) return;
   const double t0 = now_ms();
-  const int first = tail.block->slot * prefix_cache_->block_tokens();
-  live.cache.append_rows(target_pool_, first, tail.rows);
-  if (live.speculative) live.drafter_state.context.append_rows(drafter_pool_, first, tail.rows);
+  target_pool_.copy(tail.block->slot, tail.rows, live.cache);
+  if (live.speculative) drafter_pool_.copy(tail.block->slot, tail.rows, live.drafter_state.context);
   metrics_.prefix_cache_copy_ms_total += now_ms() - t0;
   live.stats.cached_prompt_tokens = live.cache.length();
   metrics_.prefix_cache_hits += tail.rows;
@@ -413,13 +411,13 @@ void Engine::store_prefix(Live& live) {
   double copy_ms = 0;
   auto target = [&](int i, int slot, int rows) {
     const double t = now_ms();
-    target_pool_.overwrite_rows(slot * b, rows, live.cache, i * b);
+    target_pool_.write(slot, rows, live.cache, i * b);
     copy_ms += now_ms() - t;
   };
   auto drafter = [&](int i, int slot, int rows) {
     if (i * b + rows > drafter_rows) return false;
     const double t = now_ms();
-    drafter_pool_.overwrite_rows(slot * b, rows, live.drafter_state.context, i * b);
+    drafter_pool_.write(slot, rows, live.drafter_state.context, i * b);
     copy_ms += now_ms() - t;
     return true;
   };

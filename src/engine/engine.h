@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/block_pool.h"
 #include "engine/cost_model.h"
 #include "engine/kv_events.h"
 #include "engine/metrics.h"
@@ -185,11 +186,10 @@ class Engine {
   EngineMetrics metrics_;
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<PrefixCache> prefix_cache_;  // null when off
-  // The prefix cache's rows: slot s of the cache holds rows [s b, (s + 1) b) of each pool (b = block tokens), written
-  // by store_prefix and read in place by the requests that share them. Allocated whole when the cache is on (pages
-  // are touched as slots fill); never grown, so the requests' spans into them stay valid.
-  KVCache target_pool_;   // [slots * b rows] of the target's KV
-  KVCache drafter_pool_;  // [slots * b rows] of the drafter's context (with a drafter)
+  // The prefix cache's rows: slot s of the cache holds block-tokens rows of each pool, written by store_prefix and
+  // read in place by the requests that share them (block_pool.h).
+  BlockPool target_pool_;   // the target's KV
+  BlockPool drafter_pool_;  // the drafter's context (with a drafter)
 };
 
 }  // namespace ts
