@@ -122,9 +122,11 @@ TS_SIMD void values_tile_dot(const float* const* p, float* const* acc, int j0, i
     for (int y = 0; y < kVectors; ++y) a[x][y] = loadu(acc[x] + d0 + y * kW);
   const __m512i index = pair_interleave_index();
   for (int t = 0; t < n; t += 2) {
+    // Rows j0 + t and j0 + t + 1 are usually neighbours in one run of the row policy (j0 is even, and the cache's
+    // pages hold 16 rows): then the second is `stride` after the first, without a second lookup.
     const bool second = t + 1 < n;
-    const uint16_t* ra = v_rows(j0 + t) + d0;                     // [16 kVectors]
-    const uint16_t* rb = second ? v_rows(j0 + t + 1) + d0 : ra;  // [16 kVectors]
+    const uint16_t* ra = v_rows(j0 + t) + d0;  // [16 kVectors]
+    const uint16_t* rb = !second ? ra : v_rows.run(j0 + t) > 1 ? ra + v_rows.stride : v_rows(j0 + t + 1) + d0;
     BH v[kVectors];
 #pragma GCC unroll 4
     for (int y = 0; y < kVectors; ++y) v[y] = interleave_rows(ra + y * kW, rb + y * kW, index);
