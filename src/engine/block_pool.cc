@@ -46,6 +46,18 @@ void BlockPool::copy(int64_t slot, int rows, KVCache& cache) const {
   cache.append_rows(c, first, rows);
 }
 
+int64_t BlockPool::release_unused(const std::function<bool(int64_t first_slot, int64_t n)>& free) {
+  int64_t freed = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int64_t first = int64_t(c) * chunk_slots_;
+    if (chunks_[c] && free(first, std::min<int64_t>(chunk_slots_, slots_ - first))) {
+      chunks_[c].reset();
+      ++freed;
+    }
+  }
+  return freed;
+}
+
 int64_t BlockPool::chunks_allocated() const {
   int64_t n = 0;
   for (const auto& c : chunks_) n += c != nullptr;

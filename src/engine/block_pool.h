@@ -32,6 +32,9 @@ class BlockPool {
   void copy(int64_t slot, int rows, KVCache& cache) const;
 
   int64_t chunks_allocated() const;
+  // Frees every allocated chunk whose slots are all free (free(first_slot, n): slots [first_slot, first_slot + n)
+  // hold nothing; the prefix cache knows). Returns the chunks freed.
+  int64_t release_unused(const std::function<bool(int64_t first_slot, int64_t n)>& free);
 
  private:
   const KVCache& chunk(int64_t slot, int* first_row) const;  // the slot's chunk (allocated) and its first row there

@@ -315,6 +315,14 @@ void Engine::copy_tail(Live& live, const PrefixCache::Tail& tail) {
   metrics_.prefix_cache_hits += tail.rows;
 }
 
+void Engine::release_unused_chunks() {
+  // Evictions free slots; a chunk none of whose slots holds an entry goes back to the allocator (and its pages to the
+  // system), so the pools' memory follows what the cache holds, not the most it ever held.
+  auto all_free = [this](int64_t first, int64_t n) { return prefix_cache_->slots_free(first, n); };
+  target_pool_.release_unused(all_free);
+  drafter_pool_.release_unused(all_free);
+}
+
 void Engine::forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it) {
   if (prefix_cache_) prefix_cache_->release(it->second->shared_blocks);
   live_.erase(it);
@@ -353,6 +361,7 @@ void Engine::admit_all(const std::vector<RequestId>& ids) {
   }
   if (prefix_cache_) {
     prefix_cache_->evict_to(prefix_cache_limit_rows(nullptr));
+    release_unused_chunks();
     metrics_.prefix_cache_ms_total += now_ms() - t0 - own_caches_ms;
   }
 }
@@ -429,6 +438,7 @@ void Engine::store_prefix(Live& live) {
   // A request that ends leaves its last partial block as a tail too (the next turn of a chat reuses every row).
   prefix_cache_->store(context.data(), n, chain, prefix_cache_limit_rows(live.done() ? &live : nullptr), target,
                        drafter, /*tail=*/live.done());
+  release_unused_chunks();  // the store may have evicted
   metrics_.prefix_cache_ms_total += now_ms() - t0;
   metrics_.prefix_cache_copy_ms_total += copy_ms;
 }

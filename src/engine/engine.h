@@ -146,6 +146,8 @@ class Engine {
   void share_blocks(Live& live, const std::vector<const PrefixCache::Block*>& blocks);
   // Copies a tail's rows into the request's caches as its first own rows (the caller pins the tail's block).
   void copy_tail(Live& live, const PrefixCache::Tail& tail);
+  // Frees the pools' chunks that hold no entry (after evictions).
+  void release_unused_chunks();
   // A request leaves the engine: its shared blocks are unpinned, its state freed.
   void forget(std::unordered_map<RequestId, std::unique_ptr<Live>>::iterator it);
   void store_prefix(Live& live);

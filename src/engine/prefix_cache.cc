@@ -48,6 +48,13 @@ int64_t PrefixCache::take_slot(int64_t after, int run) {
   return slot;
 }
 
+bool PrefixCache::slots_free(int64_t first, int64_t n) const {
+  auto it = free_runs_.upper_bound(first);  // runs are disjoint and not adjacent: one run must cover them all
+  if (it == free_runs_.begin()) return false;
+  --it;
+  return it->first <= first && first + n <= it->first + it->second;
+}
+
 void PrefixCache::free_slot(int64_t slot) {
   int64_t first = slot, length = 1;
   auto next = free_runs_.find(slot + 1);

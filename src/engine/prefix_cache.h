@@ -60,6 +60,8 @@ class PrefixCache {
 
   int block_tokens() const { return block_tokens_; }
   int64_t slots() const { return slots_; }
+  // Whether slots [first, first + n) are all free (no entry holds one).
+  bool slots_free(int64_t first, int64_t n) const;
   int64_t entries() const { return int64_t(blocks_.size()); }  // whole blocks and tails: the slots in use
   int64_t blocks() const { return entries() - tails_; }        // whole blocks (the ones events announce)
   int64_t rows() const { return entries() * block_tokens_; }   // token rows the slots in use hold

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "engine/block_pool.h"
+#include "engine/prefix_cache.h"
 
 namespace ts {
 namespace {
@@ -68,6 +69,29 @@ TEST(BlockPool, ChunksComeWithTheirFirstSlotAndRunsSplitOnlyAtChunkBounds) {
   EXPECT_THROW(pool.share(10, other), Error);  // no such slot
   EXPECT_THROW(pool.write(1, 17, source, 0), Error);  // more rows than a block
   EXPECT_EQ(other.length(), 0);
+
+  // Chunks whose slots all hold nothing are freed (here: every slot of chunk 2 free, the others in use).
+  auto free = [](int64_t first, int64_t) { return first == 8; };
+  EXPECT_EQ(pool.release_unused(free), 1);
+  EXPECT_EQ(pool.chunks_allocated(), 2);
+  EXPECT_THROW(pool.copy(9, 5, other), Error);  // gone with its chunk
+  expect_same_rows(request, 0, source, 0, 64);  // the shared runs stay
+}
+
+// The prefix cache says which slots are free: a chunk's range is free only when one free run covers it.
+TEST(BlockPool, PrefixCacheReportsFreeSlotRanges) {
+  PrefixCache cache(4, 1, 8);
+  EXPECT_TRUE(cache.slots_free(0, 8));
+  std::vector<int32_t> t(12);
+  for (int i = 0; i < 12; ++i) t[i] = 100 + i;
+  cache.store(t.data(), 12, cache.chain(t.data(), 12), 1 << 20, [](int, int, int) {},
+              [](int, int, int) { return false; });  // slots 0, 1, 2
+  EXPECT_FALSE(cache.slots_free(0, 4));
+  EXPECT_FALSE(cache.slots_free(2, 1));
+  EXPECT_TRUE(cache.slots_free(3, 5));
+  EXPECT_TRUE(cache.slots_free(4, 4));
+  cache.evict_to(0);
+  EXPECT_TRUE(cache.slots_free(0, 8));
 }
 
 }  // namespace
