@@ -122,6 +122,14 @@ void append_rows(KVCache& cache, const Rows& want, int first, int n) {
   cache.commit_all();
 }
 
+// A cache of `rows` committed rows not written yet, as the prefix cache's pool chunks are made.
+KVCache pool_of(int rows, DType dtype) {
+  KVCache pool(kLayers, kHeads, kHeadDim, rows, dtype);
+  pool.begin_append(rows);
+  pool.commit_all();
+  return pool;
+}
+
 // The prefix cache's pool takes runs of a request's rows (overwrite_rows); other caches read them in place as their
 // first rows (share_rows): the bits survive, runs that continue each other in the pool become one span, own rows
 // follow them across growth and tree commits, and the pool is never written through them.
@@ -130,9 +138,7 @@ TEST_P(KVCacheLayout, SharedRowsReadInPlaceBeforeOwnRows) {
   KVCache source(kLayers, kHeads, kHeadDim, kMax, GetParam());
   Rows rows = append(source, 90, rng);
   source.commit_all();
-  KVCache pool(kLayers, kHeads, kHeadDim, 128, GetParam());
-  pool.begin_append(128);
-  pool.commit_all();
+  KVCache pool = pool_of(128, GetParam());
   pool.overwrite_rows(32, 48, source, 0);   // source rows [0, 48) at pool rows [32, 80)
   pool.overwrite_rows(96, 16, source, 48);  // source rows [48, 64) at [96, 112)
   KVCache dest(kLayers, kHeads, kHeadDim, kMax, GetParam());
@@ -154,9 +160,7 @@ TEST_P(KVCacheLayout, SharedRowsReadInPlaceBeforeOwnRows) {
   for (int i : {0, 2, 3}) want.push_back(tree[i]);
   expect_holds(dest, want);
   // Rows copied out of dest (shared and own alike) are dest's rows; the pool's rows are the source's still.
-  KVCache copy(kLayers, kHeads, kHeadDim, 128, GetParam());
-  copy.begin_append(128);
-  copy.commit_all();
+  KVCache copy = pool_of(128, GetParam());
   copy.overwrite_rows(0, 96, dest, 32);
   KVCache flat(kLayers, kHeads, kHeadDim, kMax, GetParam());
   append_rows(flat, want, 32, 96);
@@ -201,9 +205,7 @@ TEST_P(KVCacheLayout, AppendedRowsCopyAPartialTileAfterTheSharedRows) {
   KVCache source(kLayers, kHeads, kHeadDim, kMax, GetParam());
   Rows rows = append(source, 40, rng);
   source.commit_all();
-  KVCache pool(kLayers, kHeads, kHeadDim, 64, GetParam());
-  pool.begin_append(64);
-  pool.commit_all();
+  KVCache pool = pool_of(64, GetParam());
   pool.overwrite_rows(0, 16, source, 0);
   pool.overwrite_rows(32, 13, source, 16);  // a tail of 13 rows
   KVCache dest(kLayers, kHeads, kHeadDim, kMax, GetParam());
