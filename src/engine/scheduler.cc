@@ -21,11 +21,13 @@ void ResidualWindow::add(double x) {
 }
 
 double ResidualWindow::estimate() const {
-  if (count == 0) return 0;
+  // count <= kSize always; saying so lets the compiler see the sort stays inside `sorted` (-Warray-bounds).
+  const int n = std::min(count, kSize);
+  if (n <= 0) return 0;
   double sorted[kSize];
-  std::copy(values, values + count, sorted);
-  std::sort(sorted, sorted + count);
-  return sorted[(count - 1) / 2];  // the lower median: with two values, the smaller (the policy then measures)
+  std::copy(values, values + n, sorted);
+  std::sort(sorted, sorted + n);
+  return sorted[(n - 1) / 2];  // the lower median: with two values, the smaller (the policy then measures)
 }
 
 int batch_bucket(int batch) {

@@ -442,8 +442,9 @@ TEST_P(Attention, Bf16KeysAndValuesEqualF32AttentionOnTheWidenedValues) {
       attention_bf16kv(p.q.data(), k16.data(), v16.data(), p.visible.data(), from_bf16.data(), p.n_q, p.n_kv,
                        p.n_heads, p.n_kv_heads, p.head_dim, p.scale());
       if (bf16_dot_products(s.head_dim)) {
-        if (s.n_kv > 1)  // one key: out = v either way
+        if (s.n_kv > 1) {  // one key: out = v either way
           EXPECT_GT(bit_differences(from_bf16.data(), widened.data(), widened.size()), 0u) << "head_dim " << s.head_dim;
+        }
         expect_close_to_reference(p, from_bf16, true);
       } else {
         ASSERT_EQ(bit_differences(from_bf16.data(), widened.data(), widened.size()), 0u) << "head_dim " << s.head_dim;
