@@ -551,6 +551,7 @@ StepReport Engine::step() {
     ++metrics_.requests_finished[int(it->second->finish)];
     forget(it);
   }
+  if (prefix_cache_) sched_.shared_rows = prefix_cache_->pinned_rows();  // requests that left unpinned theirs
   sched_ms += now_ms() - t_update;
   report.schedule_ms = sched_ms;
   report.step_ms = now_ms() - t0;

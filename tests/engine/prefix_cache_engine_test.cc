@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "engine/engine.h"
 #include "engine/test_subjects.h"
@@ -330,6 +331,81 @@ TEST(PrefixCacheEngine, ACancelledRequestsPromptAndPartialAnswerStayReusable) {
   EXPECT_GE(turn.stats.cached_prompt_tokens, held);
   EXPECT_LE(turn.stats.cached_prompt_tokens, held + 1);
   expect_same(turn, run(cold, next, options(DecodeMode::Tree, 0, 2, 8)), "the turn after a cancelled answer");
+}
+
+// Differential stress: chats and shared system prompts from a few clients at once, under a KV budget that forces
+// evictions, with cancellations: every request that finishes emits what a cold engine emits for the same request
+// (greedy, plain and tree, bit-identical logprobs), the budget holds at every step, and nothing stays pinned.
+TEST(PrefixCacheEngine, ConcurrentChatsUnderEvictionEqualAColdEngine) {
+  Pair pair = make_pair(/*vocab=*/24, /*hidden=*/32, /*layers=*/2, /*block=*/5, DType::BF16, 18);
+  EngineConfig config;
+  config.max_batch = 3;
+  config.prefill_chunk = 48;
+  Engine probe(*pair.target, pair.drafter.get(), config);
+  config.kv_budget_bytes = 650 * probe.kv_bytes_per_row();  // about two or three requests' reservations
+  int removed = 0;  // blocks evicted (BlockRemoved events)
+  config.on_kv_events = [&removed](const std::vector<KvCacheEvent>& events) {
+    for (const KvCacheEvent& e : events)
+      if (e.kind == KvCacheEvent::Kind::BlockRemoved) removed += int(e.block_hashes.size());
+  };
+  Engine warm(*pair.target, pair.drafter.get(), config);
+  config.prefix_cache = false;
+  config.kv_budget_bytes = 0;
+  config.on_kv_events = nullptr;
+  Engine cold(*pair.target, pair.drafter.get(), config);
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> systems(3);
+  for (auto& sys : systems)
+    for (int i = 0; i < 40; ++i) sys.push_back(int32_t(rng() % 23));
+  struct Chat {
+    std::vector<int32_t> conversation;
+    RequestOptions options;
+  };
+  std::vector<Chat> chats(8);
+  for (size_t c = 0; c < chats.size(); ++c) {
+    chats[c].conversation = systems[c % systems.size()];
+    chats[c].options = options(c % 2 ? DecodeMode::Tree : DecodeMode::None, 0, 1, 6 + int(c % 3) * 3);
+    chats[c].options.max_context = 260;
+  }
+  const double budget_rows = 650;
+  int checked = 0, cancelled = 0, reused = 0;
+  for (int round = 0; round < 8; ++round) {
+    // Every chat sends its next turn; all run together.
+    std::vector<Output> got(chats.size());
+    std::vector<RequestId> ids(chats.size());
+    for (size_t c = 0; c < chats.size(); ++c) {
+      for (int i = 0; i < 5 + int(rng() % 12); ++i) chats[c].conversation.push_back(int32_t(rng() % 23));
+      ids[c] = warm.add({chats[c].conversation, chats[c].options}, collect(&got[c]));
+    }
+    const int victim = int(rng() % chats.size());
+    for (int step = 0; !warm.idle(); ++step) {
+      warm.step();
+      if (step == 2) warm.cancel(ids[size_t(victim)]);
+      const EngineMetrics m = warm.metrics();
+      const double pinned = double(warm.prefix_cache()->pinned_rows());
+      ASSERT_LE(m.kv_reserved_perc * budget_rows - pinned + double(warm.prefix_cache()->rows()), budget_rows + 1e-6)
+          << "round " << round << " step " << step;
+    }
+    for (size_t c = 0; c < chats.size(); ++c) {
+      if (got[c].finish == FinishReason::Cancelled) {
+        ++cancelled;
+        continue;
+      }
+      const std::string what = "round " + std::to_string(round) + " chat " + std::to_string(c);
+      ASSERT_NE(got[c].finish, FinishReason::Error) << what;
+      expect_same(got[c], run(cold, chats[c].conversation, chats[c].options), what);
+      reused += got[c].stats.cached_prompt_tokens > 0;
+      chats[c].conversation.insert(chats[c].conversation.end(), got[c].ids.begin(), got[c].ids.end());
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20);
+  EXPECT_GE(reused, checked / 2);
+  EXPECT_GT(warm.metrics().prefix_cache_hits, 0);
+  EXPECT_EQ(warm.prefix_cache()->pinned_rows(), 0);
+  EXPECT_GT(removed, 0) << "the budget did not force evictions";
+  std::printf("stress: %d requests checked, %d reused cached rows, %d cancelled; %d blocks evicted, %lld held\n",
+              checked, reused, cancelled, removed, (long long)warm.prefix_cache()->blocks());
 }
 
 // The statistical test of engine_test.cc with the prompt's first blocks served from the cache on every request
