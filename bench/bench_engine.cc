@@ -42,6 +42,10 @@ struct ArmResult {
   double wall_ms = 0, step_ms = 0, schedule_ms = 0;
   double modelled_ms = 0;  // the same steps priced by the cost model: sum of L(b, rows per sequence) + F(b)
   long steps = 0;
+  // Decode steps by why requests speculated in them (adaptive arms): the policy chose to, an exploration probe made
+  // one speculate, or a plain probe kept all plain; and their step ms summed.
+  long chosen_steps = 0, probe_steps = 0, plain_probe_steps = 0;
+  double chosen_ms = 0, probe_ms = 0;
   std::map<int, std::array<double, 4>> by_batch;  // batch -> {decisions, sum theta, sum tree size, speculating}
   // Full-batch decode steps (no prefill) where every request speculated, and where none did: where a step's time
   // goes. {steps, step ms, forward ms, draft ms, expand ms, verify ms} summed.
@@ -70,6 +74,16 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
       res.modelled_ms += step_cost_ms(cost, r.batch, std::max(r.batch, r.forward_rows - r.prefill_tokens),
                                             drafting);
     if (r.prefill_tokens > 0) res.modelled_ms += cost.cost_ms(1, r.prefill_tokens);
+    if (r.batch > 0 && r.prefill_tokens == 0) {
+      res.plain_probe_steps += r.plain_probe;
+      if (drafting > 0 && r.probe) {
+        ++res.probe_steps;
+        res.probe_ms += r.step_ms;
+      } else if (drafting > 0) {
+        ++res.chosen_steps;
+        res.chosen_ms += r.step_ms;
+      }
+    }
     if (r.batch == concurrency && r.prefill_tokens == 0 && (drafting == 0 || drafting == r.batch)) {
       std::array<double, 6>& t = drafting ? res.all_spec : res.all_plain;
       const double parts[6] = {1, r.step_ms, r.forward_ms, r.draft_ms, r.expand_ms, r.verify_ms};
@@ -238,6 +252,11 @@ int bench_engine(int argc, char** argv) {
                     t == &r.all_plain ? "plain" : "speculating", c, v[0], v[1] / v[0], v[2] / v[0], v[3] / v[0],
                     v[4] / v[0], v[5] / v[0], (v[1] - v[2] - v[3] - v[4] - v[5]) / v[0]);
       }
+      if (arms[a].adaptive)
+        std::printf("      decode steps with drafting: %ld chosen by the policy (%.3f ms each), %ld exploration probes "
+                    "(%.3f ms each); %ld plain probes\n",
+                    r.chosen_steps, r.chosen_steps ? r.chosen_ms / r.chosen_steps : 0, r.probe_steps,
+                    r.probe_steps ? r.probe_ms / r.probe_steps : 0, r.plain_probe_steps);
       nlohmann::json by_batch = nlohmann::json::array();
       for (const auto& [b, v] : r.by_batch)
         by_batch.push_back({{"batch", b}, {"decisions", v[0]}, {"mean_theta", v[1] / v[0]},
