@@ -275,7 +275,8 @@ void Engine::refresh_cached_prefixes() {
       if (int(hit.blocks.size()) <= held && hit.tail.rows == 0) continue;
       const std::vector<const PrefixCache::Block*> more(hit.blocks.begin() + std::min<int>(held, hit.blocks.size()),
                                                         hit.blocks.end());
-      const std::vector<const PrefixCache::Block*> tail_block = CacheHit{{}, hit.tail}.all();
+      std::vector<const PrefixCache::Block*> tail_block;  // pinned while its rows are copied
+      if (hit.tail.block) tail_block.push_back(hit.tail.block);
       prefix_cache_->acquire(tail_block);
       try {
         share_blocks(live, more);

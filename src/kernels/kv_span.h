@@ -18,4 +18,11 @@ struct KVSpan {
   int first_row = 0;
 };
 
+// The span holding row `row` of spans[0, n_spans) (increasing first_row, the first at 0; row >= 0).
+inline const KVSpan& span_holding(const KVSpan* spans, int n_spans, int row) {
+  int s = n_spans - 1;
+  while (s > 0 && spans[s].first_row > row) --s;
+  return spans[s];
+}
+
 }  // namespace ts::kernels

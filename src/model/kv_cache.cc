@@ -119,9 +119,7 @@ void KVCache::read_row(int layer, int row, float* k, float* v) const {
   TS_CHECK(layer >= 0 && layer < num_layers() && row >= 0 && row < length_ + pending_, "KV read: row ", row,
            " of layer ", layer, " out of range");
   const KVRows kv = rows(layer);
-  int s = kv.n_spans - 1;
-  while (kv.spans[s].first_row > row) --s;
-  const kernels::KVSpan& span = kv.spans[s];
+  const kernels::KVSpan& span = kernels::span_holding(kv.spans, kv.n_spans, row);
   const int r = row - span.first_row;
   for (int g = 0; g < kv_heads_; ++g) {
     const size_t head = size_t(g) * span.head_stride;
@@ -150,9 +148,7 @@ void KVCache::overwrite_rows(int first, int n, const KVCache& from, int from_fir
     const KVRows src = from.rows(l);
     for (int t = 0; t < n; t += kTile) {
       const int rows = std::min(kTile, n - t);
-      int s = src.n_spans - 1;
-      while (src.spans[s].first_row > from_first + t) --s;
-      const kernels::KVSpan& span = src.spans[s];
+      const kernels::KVSpan& span = kernels::span_holding(src.spans, src.n_spans, from_first + t);
       const size_t at = size_t(from_first + t - span.first_row) * row_bytes;
       const size_t to = size_t(first + t - shared_rows_) * row_bytes;
       for (int g = 0; g < kv_heads_; ++g) {

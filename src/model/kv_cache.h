@@ -24,11 +24,11 @@
 
 namespace ts {
 
-// One layer's rows as the attention kernel reads them (kernels::attention_tiled): one span per shared block, then
-// one for the cache's own rows. Each is head-major, so each head's rows are contiguous and attention streams them:
+// One layer's rows as the attention kernel reads them (kernels::attention_tiled): one span per shared run, then one
+// for the cache's own rows. Each is head-major, so each head's rows are contiguous and attention streams them:
 // values [kv_heads, capacity, head_dim]; keys in tiles of 16 rows, [kv_heads, capacity / 16, head_dim, 16] (keys in
 // vector lanes: the kernel scores 16 keys per FMA without transposing them). capacity is a multiple of 16 (for a
-// shared block, its row count).
+// shared run, the pool's).
 struct KVRows {
   const kernels::KVSpan* spans = nullptr;  // [n_spans]
   int n_spans = 0;
@@ -63,7 +63,7 @@ class KVCache {
   KVCache(int num_layers, int num_kv_heads, int head_dim, int max_tokens, DType dtype = DType::F32);
 
   int length() const { return length_; }
-  int shared_rows() const { return shared_rows_; }  // rows [0, shared_rows) read in place from shared blocks
+  int shared_rows() const { return shared_rows_; }  // rows [0, shared_rows) read in place from a pool
   int pending() const { return pending_; }
   int max_tokens() const { return max_tokens_; }
   int kv_dim() const { return kv_heads_ * head_dim_; }

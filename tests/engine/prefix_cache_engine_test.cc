@@ -53,6 +53,16 @@ void expect_same(const Output& cached, const Output& cold, const std::string& wh
   }
 }
 
+// Between steps: the admitted requests' own reservations plus every row the cache holds (its pinned blocks, which
+// kv_reserved_perc counts too, once) stay within the KV budget.
+::testing::AssertionResult within_budget(const Engine& engine, double budget_rows) {
+  const double reserved = engine.metrics().kv_reserved_perc * budget_rows;
+  const double pinned = double(engine.prefix_cache()->pinned_rows()), held = double(engine.prefix_cache()->rows());
+  if (reserved - pinned + held <= budget_rows + 1e-6) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "reserved " << reserved << " - pinned " << pinned << " + cached " << held
+                                       << " rows over the budget of " << budget_rows;
+}
+
 RequestOptions options(DecodeMode mode, float temperature, uint64_t seed, int max_new) {
   GenerateOptions o = testing::with_mode(GenerateOptions{}, mode);
   o.max_new_tokens = max_new;
@@ -172,11 +182,8 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
   int steps = 0;
   while (!engine.idle()) {
     engine.step();
+    ASSERT_TRUE(within_budget(engine, budget_rows)) << "step " << steps;
     const EngineMetrics m = engine.metrics();
-    // The reservations (the shared blocks counted once, as pinned rows) and the cache's unpinned blocks.
-    const double pinned = double(engine.prefix_cache()->pinned_rows());
-    ASSERT_LE(m.kv_reserved_perc * budget_rows - pinned + double(engine.prefix_cache()->rows()), budget_rows + 1e-6)
-        << "step " << steps;
     ASSERT_LE(m.kv_cache_usage_perc, 1.0) << "step " << steps;
     if (++steps == 3) {  // one request mid-prefill: cancel it
       Output dummy;
@@ -381,10 +388,7 @@ TEST(PrefixCacheEngine, ConcurrentChatsUnderEvictionEqualAColdEngine) {
     for (int step = 0; !warm.idle(); ++step) {
       warm.step();
       if (step == 2) warm.cancel(ids[size_t(victim)]);
-      const EngineMetrics m = warm.metrics();
-      const double pinned = double(warm.prefix_cache()->pinned_rows());
-      ASSERT_LE(m.kv_reserved_perc * budget_rows - pinned + double(warm.prefix_cache()->rows()), budget_rows + 1e-6)
-          << "round " << round << " step " << step;
+      ASSERT_TRUE(within_budget(warm, budget_rows)) << "round " << round << " step " << step;
     }
     for (size_t c = 0; c < chats.size(); ++c) {
       if (got[c].finish == FinishReason::Cancelled) {

@@ -28,9 +28,7 @@ float strided(const KVCache& cache, int layer, bool value, int j, int g, int d) 
   const KVRows kv = cache.rows(layer);
   EXPECT_GE(kv.n_spans, 1);
   EXPECT_EQ(kv.spans[0].first_row, 0);
-  int s = kv.n_spans - 1;
-  while (s > 0 && kv.spans[s].first_row > j) --s;
-  const kernels::KVSpan& span = kv.spans[s];
+  const kernels::KVSpan& span = kernels::span_holding(kv.spans, kv.n_spans, j);
   EXPECT_EQ(span.first_row % 16, 0);
   EXPECT_EQ(span.head_stride % (16 * kHeadDim), 0);  // whole tiles per head
   const int r = j - span.first_row;
