@@ -80,9 +80,9 @@ std::string cpu_model_name();
 
 void set_num_threads(int n);  // the kernels' threads (core/thread_pool.h); n <= 0: leave the default
 int num_threads();
-// Threads to use when the user did not say: one for small models, whose per-op work (a few microseconds) is
-// below the cost of handing work to a second thread; otherwise $OMP_NUM_THREADS if set, else every CPU the process
-// may use (affinity mask capped by a cgroup CPU quota: core/thread_pool.h).
+// Threads to use when the user did not say: $OMP_NUM_THREADS if set, else every CPU the process may use (affinity
+// mask capped by a cgroup CPU quota: core/thread_pool.h), whatever the model's size; an op too small to split runs
+// on the calling thread alone (`worth_it` in kernels/cpu/parallel.h).
 int default_threads_for(size_t weight_bytes);
 // What a command does once its target is loaded: threads (`threads` > 0, else default_threads_for), and, unless
 // the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step of a
