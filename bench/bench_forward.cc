@@ -184,8 +184,9 @@ int bench_forward(int argc, char** argv) {
                cpu_model_name().c_str(), double(l3_cache_bytes()) / (1 << 20), isa_summary().c_str(),
                kernels::weight_hugepages_state());
   if (const MacRates r = bf16_dot_probe(); r.dpbf16_per_ns > 0)
-    std::fprintf(stderr, "one core: zmm FMA %.1f MACs/ns, vdpbf16ps %.1f MACs/ns; default variant %s\n", r.fma_per_ns,
-                 r.dpbf16_per_ns, isa_name(best_isa()));
+    std::fprintf(stderr, "one core: zmm FMA %.1f MACs/ns, vdpbf16ps %.1f MACs/ns, integer dot (vpdpbusd or its emulation) "
+                 "%.1f MACs/ns; default variant %s\n", r.fma_per_ns, r.dpbf16_per_ns,
+                 int8_peak_macs_per_ns(Isa::Avx512), isa_name(best_isa()));
   CostCurveOptions opt;
   opt.context = context;
   opt.ks = ks;
@@ -277,21 +278,25 @@ int bench_forward(int argc, char** argv) {
       double(c.vocab_size) * c.hidden_size;
   std::printf("\nGEMM compute floor: %.3f G multiply-adds per row at the probed peak x %d threads (attention not counted)\n",
               gemm_macs_per_row / 1e9, num_threads());
-  std::printf("%-11s %14s %12s %12s %12s %14s\n", "isa", "peak MAC/ns", "k=1 floor ms", "k8/k1 floor", "k16/k1 floor",
+  std::printf("%-11s %-8s %14s %12s %12s %12s %14s\n", "isa", "product", "peak MAC/ns", "k=1 floor ms", "k8/k1 floor", "k16/k1 floor",
               "pf/dec ceiling");
   nlohmann::json floors = nlohmann::json::array();
   for (const VariantResult& v : variants) {
-    const double peak = gemm_peak_macs_per_ns(v.isa) * num_threads();
+    // Quantized formats (a GGUF type name such as Q4_0 in the format) run the integer GEMM: its peak is vpdpbusd's.
+    const bool integer = v.format.find('Q') != std::string::npos;
+    const double peak = (integer ? int8_peak_macs_per_ns(v.isa) : gemm_peak_macs_per_ns(v.isa)) * num_threads();
     if (peak <= 0) {
-      std::printf("%-11s %14s\n", isa_name(v.isa), "not probed");
+      std::printf("%-11s %-8s %14s\n", isa_name(v.isa), integer ? "int8" : "float", "not probed");
       continue;
     }
     const double k1 = v.cost.ms[0];
     const double row_ms = gemm_macs_per_row / peak / 1e6;  // compute time of one row's GEMMs
     const auto floor_ratio = [&](int k) { return std::max(k1, k * row_ms) / k1; };
-    std::printf("%-11s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), peak, row_ms, floor_ratio(8),
+    std::printf("%-11s %-8s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), integer ? "int8" : "float",
+                peak, row_ms, floor_ratio(8),
                 floor_ratio(16), k1 / row_ms);
     floors.push_back({{"isa", isa_name(v.isa)},
+                      {"product", integer ? "int8" : "float"},
                       {"peak_macs_per_ns", peak},
                       {"k8_floor", floor_ratio(8)},
                       {"k16_floor", floor_ratio(16)},

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 
@@ -164,6 +166,44 @@ __attribute__((target("avx2,fma"))) double ymm_fma_macs_per_ns() {
   return double(kProbeSteps) * kProbeChains * 8 / std::max(ns, 1.0);
 }
 
+// The integer GEMM's product: kProbeChains chains of `vpdpbusd` or of its emulation (vpmaddubsw + vpmaddwd +
+// vpaddd), on zmm or ymm; one function per form, each compiled for its own features only (a ymm form built with
+// AVX-512 enabled could use EVEX encodings an AVX2-only CPU lacks).
+#define TS_INT8_PROBE(NAME, TARGET, V, SET1_8, SET1_16, SET1_32, STEP, MACS)                            \
+  __attribute__((target(TARGET))) double NAME() {                                                     \
+    V acc[kProbeChains];                                                                              \
+    for (int c = 0; c < kProbeChains; ++c) acc[c] = SET1_32(c);                                       \
+    const V a = SET1_8(3), b = SET1_8(-5), ones = SET1_16(1);                                         \
+    (void)ones;                                                                                       \
+    const auto t0 = std::chrono::steady_clock::now();                                                 \
+    for (int i = 0; i < kProbeSteps; ++i)                                                             \
+      _Pragma("GCC unroll 12") for (int c = 0; c < kProbeChains; ++c) acc[c] = STEP;                  \
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count(); \
+    int32_t sum = 0, lane;                                                                            \
+    for (int c = 0; c < kProbeChains; ++c) {                                                          \
+      std::memcpy(&lane, &acc[c], sizeof lane);                                                       \
+      sum += lane;                                                                                    \
+    }                                                                                                 \
+    volatile int32_t sink = sum; /* keeps the chains */                                               \
+    (void)sink;                                                                                       \
+    return double(kProbeSteps) * kProbeChains * (MACS) / std::max(ns, 1.0);                           \
+  }
+TS_INT8_PROBE(zmm_vnni_macs_per_ns, "avx512f,avx512bw,avx512vnni", __m512i, _mm512_set1_epi8, _mm512_set1_epi16,
+              _mm512_set1_epi32, _mm512_dpbusd_epi32(acc[c], a, b), 64)
+TS_INT8_PROBE(zmm_maddubs_macs_per_ns, "avx512f,avx512bw", __m512i, _mm512_set1_epi8, _mm512_set1_epi16,
+              _mm512_set1_epi32, _mm512_add_epi32(acc[c], _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), ones)), 64)
+TS_INT8_PROBE(ymm_vnni_macs_per_ns, "avx2,avxvnni", __m256i, _mm256_set1_epi8, _mm256_set1_epi16,
+              _mm256_set1_epi32, _mm256_dpbusd_avx_epi32(acc[c], a, b), 32)
+TS_INT8_PROBE(ymm_maddubs_macs_per_ns, "avx2", __m256i, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+              _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones)), 32)
+#undef TS_INT8_PROBE
+
+double best_of_7(double (*probe)()) {
+  double best = 0;
+  for (int t = 0; t < 7; ++t) best = std::max(best, probe());
+  return best;
+}
+
 }  // namespace
 
 double gemm_peak_macs_per_ns(Isa isa) {
@@ -185,6 +225,22 @@ double gemm_peak_macs_per_ns(Isa isa) {
     case Isa::Avx512: return zmm;
     case Isa::Avx512Bf16: return bf16_dot_probe().dpbf16_per_ns;
     case Isa::Amx:
+    case Isa::Scalar: break;
+  }
+  return 0;
+}
+
+double int8_peak_macs_per_ns(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  static const double zmm = !isa_supported(Isa::Avx512) ? 0.0
+                            : best_of_7(f.avx512_vnni ? zmm_vnni_macs_per_ns : zmm_maddubs_macs_per_ns);
+  static const double ymm = !isa_supported(Isa::Avx2) ? 0.0
+                            : best_of_7(f.avx_vnni ? ymm_vnni_macs_per_ns : ymm_maddubs_macs_per_ns);
+  switch (isa) {
+    case Isa::Avx2: return ymm;
+    case Isa::Avx512:
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return zmm;
     case Isa::Scalar: break;
   }
   return 0;

@@ -58,6 +58,12 @@ MacRates bf16_dot_probe();
 // (avx512) or vdpbf16ps (avx512bf16); 0 for scalar and amx (not probed) and where the CPU lacks the variant.
 // Measured once per width (best of 7 tries of ~0.1 ms). Benchmarks use it for the compute floor of a k-row call.
 double gemm_peak_macs_per_ns(Isa isa);
+// One core's peak multiply-adds per ns for the quantized (integer) GEMM of `isa` (kernels/cpu/qgemm.h): independent
+// chains of vpdpbusd (64 byte products per zmm, 32 per ymm) where the CPU has VNNI, else of its exact emulation
+// (vpmaddubsw + vpmaddwd + vpaddd). avx512, avx512bf16 and amx run the zmm kernel, avx2 the ymm one; 0 for scalar.
+// On the CPUs seen, vpdpbusd and f32 FMAs share the same two pipes, so each float op a kernel adds per integer
+// block costs a vpdpbusd's slot.
+double int8_peak_macs_per_ns(Isa isa);
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
 // is not a variant's name.

@@ -90,6 +90,18 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
       EXPECT_EQ(peak, 0.0) << isa_name(isa);
     }
   }
+  // The integer GEMM's peak: zmm for every AVX-512 variant (amx included: its quantized GEMM is the zmm one).
+  EXPECT_EQ(int8_peak_macs_per_ns(Isa::Scalar), 0.0);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
+    const double peak = int8_peak_macs_per_ns(isa);
+    std::printf("[isa] %s integer-dot peak %.1f MACs/ns per core\n", isa_name(isa), peak);
+    if (isa_supported(isa == Isa::Avx2 ? Isa::Avx2 : Isa::Avx512)) {
+      EXPECT_GT(peak, 1.0) << isa_name(isa);
+    } else {
+      EXPECT_EQ(peak, 0.0) << isa_name(isa);
+    }
+  }
+  if (isa_supported(Isa::Avx512)) EXPECT_EQ(int8_peak_macs_per_ns(Isa::Amx), int8_peak_macs_per_ns(Isa::Avx512));
   const Isa saved = active_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {
