@@ -125,7 +125,7 @@ TEST(QgemmKPacking, KeepsGgufBytesPerWeight) {
 }
 
 // Per 32-value activation block b of row r and output o, the exact terms the reference rounds (from the GGUF blocks,
-// in double): Q4_K  d sc_j dx isum_b and dmin m_j dx sumx_b;  Q6_K  d dx (sc_lo lo + sc_hi hi).
+// in double): Q4_K  d sc_j dx isum_b and dmin m_j dx sumx_b;  Q6_K  d dx sc lo and d dx sc hi (the two halves).
 // Returns sum_b |terms| (A below).
 double term_magnitude(QuantType t, const uint8_t* row_blocks, const QuantizedRows& acts, int r, int in) {
   const int nb = in / kQBlock;
@@ -153,21 +153,23 @@ double term_magnitude(QuantType t, const uint8_t* row_blocks, const QuantizedRow
       ref::dequantize_row(t, &blk, w.data(), 256);
       for (int j = 0; j < 8; ++j) {
         const int b = s * 8 + j;
-        double isum = 0;  // sum_k w_k xq_k = d * (sc_lo lo + sc_hi hi), up to the rounding of w
-        for (int k = 0; k < 32; ++k) isum += double(w[32 * j + k]) * acts.q[size_t(r) * in + b * kQBlock + k];
-        total += std::abs(isum * acts.d[size_t(r) * nb + b]);
+        double half[2] = {0, 0};  // sum_k w_k xq_k over each half = d sc lo and d sc hi, up to the rounding of w
+        for (int k = 0; k < 32; ++k) half[k / 16] += double(w[32 * j + k]) * acts.q[size_t(r) * in + b * kQBlock + k];
+        total += (std::abs(half[0]) + std::abs(half[1])) * acts.d[size_t(r) * nb + b];
       }
     }
   }
   return total;
 }
 
-// The reference is sum_b (fl(scale_b * dx_b) * isum_b [- fl(dmin m dx) sumx_b]) with exact integer sums, the scale
-// products d * sc and dmin * m exact, one rounding per scale * dx product and one per fma. With A = sum of the
-// magnitudes of the exact terms (term_magnitude) and F = the number of fma's (2 per block for Q4_K, 1 for Q6_K),
-// to first order |y - exact| <= (F + 1) u A, u = 2^-24. ref::dequantize_row rounds each weight once (Q4_K:
-// d sc q - dmin m; Q6_K: d sc q), so the float64 dot product of its weights differs from the exact one by at most
-// u sum_k |w_k x_k| = u S. Bound: (F + 1) u A + u S, with 2% slack for the second-order terms.
+// The reference (qgemm_k.h, Arithmetic) with exact integer sums and exact scale products d * sc, dmin * m rounds,
+// per block: Q4_K fl(ds * dx) and fl(dx * sumx), then two fma's; Q6_K fl(dsc_hi * hi) and the fma making t (both
+// within u of the block's two terms), then one fma. With A = the sum of the magnitudes of the exact terms
+// (term_magnitude) and F = the fma's that add to the accumulator (2 per block for Q4_K, 1 for Q6_K), each of which
+// rounds a partial sum no larger than A, to first order |y - exact| <= (F + 1) u A for Q4_K and (F + 2) u A for
+// Q6_K, u = 2^-24. ref::dequantize_row rounds each weight once (Q4_K: d sc q - dmin m; Q6_K: d sc q), so the
+// float64 dot product of its weights differs from the exact one by at most u sum_k |w_k x_k| = u S. Bound: that
+// plus u S, with 2% slack for the second-order terms.
 TEST(QgemmKReference, IsTheDotProductOfDequantizedValues) {
   const int out = 40, in = 1536, rows = 3;
   for (QuantType t : kTypes) {
@@ -179,7 +181,7 @@ TEST(QgemmKReference, IsTheDotProductOfDequantizedValues) {
     qgemm(QgemmKernel::Scalar, t, acts, p.packed.data(), y.data(), out, in);
     std::vector<float> w(in);
     const int nb = in / kQBlock;
-    const int fmas = (t == QuantType::Q4_K ? 2 : 1) * nb;
+    const int fmas = t == QuantType::Q4_K ? 2 * nb : nb + 1;  // F, plus Q6_K's second rounding inside a block
     const size_t rb = row_bytes(t, in);
     for (int o = 0; o < out; ++o) {
       ref::dequantize_row(t, p.blocks.data() + o * rb, w.data(), in);

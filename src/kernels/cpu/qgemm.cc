@@ -85,6 +85,7 @@ void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRo
   acts->d.resize(size_t(rows) * nb);
   acts->sum.resize(size_t(rows) * nb);
   acts->sum16.resize(size_t(rows) * nb * 2);
+  acts->dsum.resize(size_t(rows) * nb);
   for (int r = 0; r < rows; ++r) {
     for (int b = 0; b < nb; ++b) {
       const float* xb = x + size_t(r) * in_features + b * kQBlock;
@@ -100,6 +101,7 @@ void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRo
       }
       acts->d[size_t(r) * nb + b] = d;
       acts->sum[size_t(r) * nb + b] = half[0] + half[1];
+      acts->dsum[size_t(r) * nb + b] = d * float(half[0] + half[1]);
       acts->sum16[(size_t(r) * nb + b) * 2] = half[0];
       acts->sum16[(size_t(r) * nb + b) * 2 + 1] = half[1];
     }

@@ -59,6 +59,7 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_rows_256(const float* x, 
       }
       acts->d[size_t(r) * nb + b] = d;
       acts->sum[size_t(r) * nb + b] = half[0] + half[1];
+      acts->dsum[size_t(r) * nb + b] = d * float(half[0] + half[1]);
       acts->sum16[(size_t(r) * nb + b) * 2] = half[0];
       acts->sum16[(size_t(r) * nb + b) * 2 + 1] = half[1];
     }
@@ -76,6 +77,7 @@ void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* act
   acts->d.resize(size_t(rows) * acts->blocks);
   acts->sum.resize(size_t(rows) * acts->blocks);
   acts->sum16.resize(size_t(rows) * acts->blocks * 2);
+  acts->dsum.resize(size_t(rows) * acts->blocks);
   quantize_rows_256(x, rows, in_features, acts);
 }
 

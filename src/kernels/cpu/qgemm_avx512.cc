@@ -48,6 +48,7 @@ TS_Q512 void quantize_rows_512(const float* x, int rows, int in_features, Quanti
       acts->d[size_t(r) * nb + b] = d;
       const int32_t sum_lo = _mm512_reduce_add_epi32(q0), sum_hi = _mm512_reduce_add_epi32(q1);
       acts->sum[size_t(r) * nb + b] = sum_lo + sum_hi;
+      acts->dsum[size_t(r) * nb + b] = d * float(sum_lo + sum_hi);
       acts->sum16[(size_t(r) * nb + b) * 2] = sum_lo;
       acts->sum16[(size_t(r) * nb + b) * 2 + 1] = sum_hi;
     }
@@ -65,6 +66,7 @@ void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* act
   acts->d.resize(size_t(rows) * acts->blocks);
   acts->sum.resize(size_t(rows) * acts->blocks);
   acts->sum16.resize(size_t(rows) * acts->blocks * 2);
+  acts->dsum.resize(size_t(rows) * acts->blocks);
   quantize_rows_512(x, rows, in_features, acts);
 }
 

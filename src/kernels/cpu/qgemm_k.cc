@@ -109,13 +109,13 @@ void groups_q4k_scalar(const QuantizedRows& acts, const uint8_t* packed, float* 
           const int b = s * kQBlocksPerSuper + j;
           const int8_t* xq = acts.q.data() + size_t(r) * in_features + b * kQBlock;
           const float dx = acts.d[size_t(r) * nb + b];
-          const float sumx = float(acts.sum[size_t(r) * nb + b]);
+          const float dsum = acts.dsum[size_t(r) * nb + b];
           for (int lane = 0; lane < kQGroup; ++lane) {
             int32_t isum = 0;
             for (int k = 0; k < kQBlock; ++k) isum += q4k_packed_level(sb, lane, j, k) * xq[k];
             const Q4KScales sc = q4k_packed_scales(sb, lane, j);
             acc[lane] = std::fma(sc.ds * dx, float(isum), acc[lane]);
-            acc[lane] = std::fma(-(sc.dm * dx), sumx, acc[lane]);
+            acc[lane] = std::fma(-sc.dm, dsum, acc[lane]);
           }
         }
       }
@@ -143,11 +143,12 @@ void groups_q6k_scalar(const QuantizedRows& acts, const uint8_t* packed, float* 
           for (int lane = 0; lane < kQGroup; ++lane) {
             int32_t half[2] = {-32 * sum16[0], -32 * sum16[1]};
             for (int k = 0; k < kQBlock; ++k) half[k / 16] += q6k_packed_level(sb, lane, i, k) * xq[k];
-            const int32_t isum = int8_t(sb[32 + (2 * i) * kQGroup + lane]) * half[0] +
-                                 int8_t(sb[32 + (2 * i + 1) * kQGroup + lane]) * half[1];
             uint16_t d;
             std::memcpy(&d, sb + 2 * lane, 2);
-            acc[lane] = std::fma(f16_to_f32(d) * dx, float(isum), acc[lane]);
+            const float dsc_lo = f16_to_f32(d) * float(int8_t(sb[32 + (2 * i) * kQGroup + lane]));  // exact
+            const float dsc_hi = f16_to_f32(d) * float(int8_t(sb[32 + (2 * i + 1) * kQGroup + lane]));
+            const float t = std::fma(dsc_lo, float(half[0]), dsc_hi * float(half[1]));
+            acc[lane] = std::fma(t, dx, acc[lane]);
           }
         }
       }

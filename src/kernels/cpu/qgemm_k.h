@@ -25,15 +25,21 @@
 //
 // Arithmetic (the scalar reference, qgemm_groups_k_scalar; every variant computes exactly these f32 operations in
 // this order, and the integer sums exactly), per output o, row r, 32-value activation block b in k order
-// (b = 8s + j: sub-block j of super-block s; dx = acts.d[r, b], sumx = acts.sum[r, b]):
+// (b = 8s + j: sub-block j of super-block s; dx = acts.d[r, b], dsum = acts.dsum[r, b] = fl(dx * sum of the
+// block's q)):
 //   Q4_K: isum = sum_k q[k] * xq[k] (q = 0..15, at most 32 * 15 * 127: exact)
 //         ds = d_o * float(sc_oj), dm = dmin_o * float(m_oj)   (both exact: 11-bit f16 mantissa x 6 bits)
 //         acc = fma(ds * dx, float(isum), acc)
-//         acc = fma(-(dm * dx), float(sumx), acc)
+//         acc = fma(-dm, dsum, acc)
 //   Q6_K: lo = sum_{k<16} q[k] xq[k] - 32 * sum16[r, 2b], hi = the same over k >= 16 with sum16[r, 2b + 1]
-//         isum = sc_o,2j * lo + sc_o,2j+1 * hi     (|isum| <= 2 * 128 * 16 * 32 * 127 < 2^24: exact in int32
-//                                                   and in float)
-//         acc = fma(d_o * dx, float(isum), acc)
+//         (|lo|, |hi| <= 16 * 32 * 127: exact in int32 and in float)
+//         dsc_lo = d_o * float(sc_o,2j), dsc_hi = d_o * float(sc_o,2j+1)   (exact: 11 x 8 bits)
+//         t = fma(dsc_lo, float(lo), dsc_hi * float(hi))
+//         acc = fma(t, dx, acc)
+// Why this form: on the CPUs seen, f32 multiplies and FMAs issue on the same two pipes as vpdpbusd, so each one
+// per (row, block) costs the slot of one of the block's 8 integer dot products. Q4_K's min term reads the
+// per-row dsum (1 op, not a multiply by dx and an FMA); Q6_K scales its two halves in f32 (3 ops, not two 32-bit
+// integer multiplies, a multiply and an FMA). The scale vectors (ds, dm, dsc_lo, dsc_hi) are shared by a tile's rows.
 // acc starts at +0 and is stored as y[r, o]. Rows never interact, so the bits do not depend on the batch, the
 // tile or the thread count (tests/kernels/qgemm_k_test.cc).
 #pragma once

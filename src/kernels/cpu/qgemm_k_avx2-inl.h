@@ -101,7 +101,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
-  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
     alignas(32) uint8_t sc[128], mn[128];
@@ -130,8 +130,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
           for (int q = 0; q < 8; ++q) s_sum = dot_quads(s_sum, w[q], broadcast_quad(xq + 4 * q));
           const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
           acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(s_sum), acc[r][h]);
-          acc[r][h] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(float(sum0[size_t(r) * nb + b])),
-                                       acc[r][h]);
+          acc[r][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[r][h]);  // fma(-dm, dsum, acc)
         }
       }
     }
@@ -158,7 +157,9 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 d = load_f16x8(sb + 16 * h);
-        const __m256i sc_lo = widen_i8(sb + 32 + 32 * i + 8 * h), sc_hi = widen_i8(sb + 32 + 32 * i + 16 + 8 * h);
+        // d * sc of the two 16-value halves, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
+        const __m256 dsc_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 8 * h)));
+        const __m256 dsc_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 + 8 * h)));
         __m256i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3
         #pragma GCC unroll 2
         for (int p = 0; p < 2; ++p) {
@@ -180,9 +181,9 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
             lo = dot_quads(lo, w[q], broadcast_quad(xq + 4 * q));
             hi = dot_quads(hi, w[q + 4], broadcast_quad(xq + 16 + 4 * q));
           }
-          const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(lo, sc_lo), _mm256_mullo_epi32(hi, sc_hi));
-          const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
-          acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum), acc[r][h]);
+          const __m256 t =
+              _mm256_fmadd_ps(dsc_lo, _mm256_cvtepi32_ps(lo), _mm256_mul_ps(dsc_hi, _mm256_cvtepi32_ps(hi)));
+          acc[r][h] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx0[size_t(r) * nb + b]), acc[r][h]);
         }
       }
     }

@@ -50,29 +50,20 @@ TS_Q_TARGET inline __m512i low_nibble_or(__m512i a, __m512i b) {
 
 TS_Q_TARGET inline __m512i bits_4_5(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x30)); }
 
-// out[16 i + lane] = scale[lane] * bytes[16 i + lane] for i = 0..3 (64 bytes: 4 sub-blocks x 16 lanes). Exact:
-// an f16 value times a 6-bit integer. Widened in registers (a 16-byte reload of a 64-byte store would miss
-// store-to-load forwarding on some cores).
-TS_Q_TARGET inline __m512 scale_16(__m512 scale, __m128i bytes) {
-  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)));
-}
-TS_Q_TARGET inline void scale_bytes(__m512i bytes, __m512 scale, float* out) {
-  _mm512_store_ps(out, scale_16(scale, _mm512_castsi512_si128(bytes)));
-  _mm512_store_ps(out + 16, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 1)));
-  _mm512_store_ps(out + 32, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 2)));
-  _mm512_store_ps(out + 48, scale_16(scale, _mm512_extracti32x4_epi32(bytes, 3)));
-}
-
-// Q4_K's d * sc_j and dmin * m_j of one group super-block: ds, dm: [8 j][16 lanes].
-TS_Q_TARGET inline void q4k_scales(const uint8_t* sb, float* ds, float* dm) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-  const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+// Q4_K's 6-bit scales and mins of one group super-block as bytes: sc, mn: [8 j][16 lanes]. Four 64-byte stores; a
+// sub-block's 16 bytes are read back (widened) one block later, long after the stores have retired.
+TS_Q_TARGET inline void q4k_scale_bytes(const uint8_t* sb, uint8_t* sc, uint8_t* mn) {
   const __m512i lo_a = _mm512_loadu_si512(sb + 64), lo_b = _mm512_loadu_si512(sb + 128);
   const __m512i hi = _mm512_loadu_si512(sb + 192);
-  scale_bytes(low_nibble_or(lo_a, bits_4_5(_mm512_slli_epi16(hi, 4))), d, ds);
-  scale_bytes(low_nibble_or(lo_b, bits_4_5(hi)), d, ds + 64);
-  scale_bytes(low_nibble_or(_mm512_srli_epi16(lo_a, 4), bits_4_5(_mm512_slli_epi16(hi, 2))), dmin, dm);
-  scale_bytes(low_nibble_or(_mm512_srli_epi16(lo_b, 4), bits_4_5(_mm512_srli_epi16(hi, 2))), dmin, dm + 64);
+  _mm512_store_si512(sc, low_nibble_or(lo_a, bits_4_5(_mm512_slli_epi16(hi, 4))));
+  _mm512_store_si512(sc + 64, low_nibble_or(lo_b, bits_4_5(hi)));
+  _mm512_store_si512(mn, low_nibble_or(_mm512_srli_epi16(lo_a, 4), bits_4_5(_mm512_slli_epi16(hi, 2))));
+  _mm512_store_si512(mn + 64, low_nibble_or(_mm512_srli_epi16(lo_b, 4), bits_4_5(_mm512_srli_epi16(hi, 2))));
+}
+
+// scale[lane] * bytes[lane] for 16 lanes: exact (an f16 value times a 6-bit integer).
+TS_Q_TARGET inline __m512 scale_16(__m512 scale, const uint8_t* bytes) {
+  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes)))));
 }
 
 template <int R>
@@ -84,14 +75,16 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
-  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
-    alignas(64) float ds_all[128], dm_all[128];  // [8 j][16 lanes]
-    q4k_scales(sb, ds_all, dm_all);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+    alignas(64) uint8_t sc[128], mn[128];  // [8 j][16 lanes]
+    q4k_scale_bytes(sb, sc, mn);
     for (int j = 0; j < kQBlocksPerSuper; ++j) {
       const int b = s * kQBlocksPerSuper + j;
-      const __m512 ds = _mm512_load_ps(ds_all + 16 * j), dm = _mm512_load_ps(dm_all + 16 * j);
+      const __m512 ds = scale_16(d, sc + 16 * j), dm = scale_16(dmin, mn + 16 * j);  // d * sc_j, dmin * m_j
       if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
       const uint8_t* quants = sb + 256 + 256 * j;
       __m512i w[8];
@@ -117,7 +110,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
         const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s_even, s_odd));
         const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
         acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(ds, dx), isum, acc[r]);
-        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_set1_ps(float(sum0[size_t(r) * nb + b])), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(dsum0[size_t(r) * nb + b]), acc[r]);  // fma(-dm, dsum, acc)
       }
     }
   }
@@ -141,9 +134,11 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
       const int b = s * kQBlocksPerSuper + i;
-      const __m512i sc_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i)));
-      const __m512i sc_hi =
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i + 16)));
+      // d * sc of the two 16-value halves, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
+      const __m512 dsc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i)))));
+      const __m512 dsc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 48 + 32 * i)))));
       const uint8_t* blk = sb + 288 + 384 * i;
       if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
       __m512i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3, one byte each
@@ -167,9 +162,8 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
           lo = dot_quads(lo, w[q], broadcast_quad(xq + 4 * q));
           hi = dot_quads(hi, w[q + 4], broadcast_quad(xq + 16 + 4 * q));
         }
-        const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc_lo), _mm512_mullo_epi32(hi, sc_hi));
-        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum), acc[r]);
+        const __m512 t = _mm512_fmadd_ps(dsc_lo, _mm512_cvtepi32_ps(lo), _mm512_mul_ps(dsc_hi, _mm512_cvtepi32_ps(hi)));
+        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dx0[size_t(r) * nb + b]), acc[r]);
       }
     }
   }
