@@ -263,7 +263,7 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--chain-len", chain_len, "chain arm: draft length (default block_size - 1)");
   app.add_option("--cost-curve", cost_path, "adaptive arm: cost model JSON (default: measured here)");
   app.add_option("--write-cost-curve", cost_out, "write the measured cost curve here (for simulate)");
-  app.add_option("--threads", threads, "model threads (0 = by model size)");
+  app.add_option("--threads", threads, "model threads (0 = $OMP_NUM_THREADS, else every CPU the process may use)");
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
   std::string quantize = "native";

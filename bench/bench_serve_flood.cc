@@ -149,7 +149,7 @@ int bench_serve_flood(int argc, char** argv) {
   app.add_option("--requests", requests, "greedy streamed requests per phase, one after another")->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "tokens per request")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds, "unloaded + flooded phase pairs")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "model threads (0 = by model size)");
+  app.add_option("--threads", threads, "model threads (0 = $OMP_NUM_THREADS, else every CPU the process may use)");
   app.add_option("--json", json_out, "results");
   try {
     app.parse(argc, argv);

@@ -94,7 +94,7 @@ int bench_serve_starts(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "tokens per request")->check(CLI::PositiveNumber);
   app.add_option("--temperature", temperature, "sampling temperature of every request");
   app.add_option("--seed", seed, "sampling seed");
-  app.add_option("--threads", threads, "model threads (0 = by model size)");
+  app.add_option("--threads", threads, "model threads (0 = $OMP_NUM_THREADS, else every CPU the process may use)");
   std::string quantize = "native";
   cli::add_quantize_option(app, &quantize);
   app.add_option("--json", json_out, "results");

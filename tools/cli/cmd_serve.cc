@@ -113,7 +113,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--drain-timeout", drain_timeout_s,
                  "on SIGTERM: seconds running requests get to finish before they are cancelled")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "CPU threads for the model (0 = by model size)");
+  app.add_option("--threads", threads, "CPU threads for the model (0 = $OMP_NUM_THREADS, else every CPU the process may use)");
   std::string kv_dtype = "auto";
   add_kv_dtype_option(app, &kv_dtype);
   std::string quantize = "native", drafter_quantize = "native";
