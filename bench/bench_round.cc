@@ -181,7 +181,7 @@ int bench_round(int argc, char** argv) {
   app.add_option("--node-cap", node_cap);
   app.add_option("--branch-cap", branch_cap);
   app.add_option("--seed", seed);
-  app.add_option("--threads", threads, "CPU threads (default 1: the shipped pair is per-op bound)");
+  app.add_option("--threads", threads, "CPU threads (default 1: each piece of a round timed without hand-offs between threads; 0 = the pool default)");
   std::string quantize = "native";
   cli::add_quantize_option(app, &quantize);
   try {

@@ -56,18 +56,27 @@ const QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_0};
 
 class Qgemm : public ::testing::TestWithParam<QgemmKernel> {};
 
+// Every field, on block counts below, at and past the avx512 quantizer's 16-block tiles (rows x in / 32 = 8, 40,
+// 33, 96 blocks; a tile spans rows when a row has fewer than 16 blocks), with a zero block, a zero value, a huge
+// value, tiny values and a block of one repeated value inside the tiles.
 TEST_P(Qgemm, QuantizedActivationsEqualScalar) {
-  for (int rows : {1, 5}) {
-    std::vector<float> x = random_normal(size_t(rows) * 256, 1.0f, 7);
+  const struct { int rows, in; } cases[] = {{1, 256}, {5, 256}, {3, 352}, {2, 1536}};
+  for (const auto& c : cases) {
+    std::vector<float> x = random_normal(size_t(c.rows) * c.in, 1.0f, uint32_t(7 + c.in));
     x[3] = 0.0f;
     for (int k = 32; k < 64; ++k) x[k] = 0.0f;  // an all-zero block: d = 0, q = 0
     x[70] = 1e30f;
+    for (int k = 96; k < 128; ++k) x[k] *= 1e-30f;  // tiny amax: 1 / d is huge but finite
+    for (int k = 160; k < 192; ++k) x[k] = -0.75f;  // every value the block's amax
     QuantizedRows ref, got;
-    quantize_rows(QgemmKernel::Scalar, x.data(), rows, 256, &ref);
-    quantize_rows(GetParam(), x.data(), rows, 256, &got);
-    EXPECT_EQ(ref.q, got.q);
-    EXPECT_EQ(ref.sum, got.sum);
-    EXPECT_EQ(bit_differences(ref.d.data(), got.d.data(), ref.d.size()), 0u);
+    quantize_rows(QgemmKernel::Scalar, x.data(), c.rows, c.in, &ref);
+    quantize_rows(GetParam(), x.data(), c.rows, c.in, &got);
+    EXPECT_EQ(ref.q, got.q) << c.rows << "x" << c.in;
+    EXPECT_EQ(ref.sum, got.sum) << c.rows << "x" << c.in;
+    EXPECT_EQ(ref.sum16, got.sum16) << c.rows << "x" << c.in;
+    EXPECT_EQ(bit_differences(ref.d.data(), got.d.data(), ref.d.size()), 0u) << c.rows << "x" << c.in;
+    ASSERT_EQ(ref.dsum.size(), got.dsum.size());
+    EXPECT_EQ(bit_differences(ref.dsum.data(), got.dsum.data(), ref.dsum.size()), 0u) << c.rows << "x" << c.in;
   }
 }
 
