@@ -122,7 +122,9 @@ CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
     for (int s = 0; s < b; ++s) fill_context(model, *ptrs[s], opt.context, s);
     // Round-robin over k within each repetition (not all of k = 1's runs, then all of k = 2's, ...): the machine's
     // load drifts over seconds, and the policy prices nodes by the curve's shape, so each point's runs should
-    // see the same mix of quiet and busy moments as its neighbours'.
+    // see the same mix of quiet and busy moments as its neighbours'. Repetitions alternate up and down the ks, so
+    // every timed forward follows one of a neighbouring k: timed right after the largest k, k = 1 of the quantized
+    // shipped target cost ~1.3x a decode step's forward (Zen 4), which priced plain decoding too high.
     std::vector<ForwardBatch> batches_by_k;  // [ks]
     for (int k : opt.ks) {
       ForwardBatch& fb = batches_by_k.emplace_back();
@@ -136,7 +138,8 @@ CostModel measure_cost_curve(TargetModel& model, const CostCurveOptions& opt) {
     }
     std::vector<std::vector<double>> times(opt.ks.size());  // [ks][reps] ms
     for (int r = 0; r < opt.reps + 1; ++r)
-      for (size_t ki = 0; ki < opt.ks.size(); ++ki) {
+      for (size_t step = 0; step < opt.ks.size(); ++step) {
+        const size_t ki = r % 2 == 0 ? step : opt.ks.size() - 1 - step;
         ForwardResult fr;
         const double t0 = now_ms();
         model.forward(batches_by_k[ki], ptrs, &fr);
