@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -308,6 +309,7 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
       if (s->prefilled == s->prompt_len) s->phase = Phase::Decode;
     }
     s->context_len += o.committed;
+    const int plain_steps_before = s->steps_since_round;  // decode steps since the request's previous round
     if (o.committed > 0) s->steps_since_round = o.speculated ? 0 : s->steps_since_round + 1;
     if (o.speculated) {
       // Averages start from the prior, so one unlucky first round cannot switch a request (or a class) off.
@@ -320,8 +322,13 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
       const double wc = state.config.class_ema_weight;
       state.class_tokens_per_round[cls] = ema(wc, state.class_tokens_per_round[cls], prior_tokens, o.tokens_emitted);
       state.class_nodes_per_round[cls] = ema(wc, state.class_nodes_per_round[cls], prior_nodes, o.tree_nodes);
-      s->tokens_per_round = ema(w, s->tokens_per_round, prior_tokens, o.tokens_emitted);
-      s->nodes_per_round = ema(w, s->nodes_per_round, prior_nodes, o.tree_nodes);
+      // A measured average ages with the plain steps it went unrefreshed, as if each had been a round: a request
+      // kept plain after a few poor rounds is re-priced mostly by its next (probe) round, not ~10% of it, so
+      // speculation comes back within a probe interval where acceptance recovered. An unmeasured one starts from
+      // the prior at the plain weight (one unlucky first round cannot switch it off).
+      const double wr = s->tokens_per_round > 0 ? 1 - std::pow(1 - w, 1 + plain_steps_before) : w;
+      s->tokens_per_round = ema(wr, s->tokens_per_round, prior_tokens, o.tokens_emitted);
+      s->nodes_per_round = ema(wr, s->nodes_per_round, prior_nodes, o.tree_nodes);
     }
     if (o.finished) gone.push_back(o.id);
   }

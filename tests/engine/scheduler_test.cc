@@ -411,6 +411,47 @@ TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
   EXPECT_GT(st.seqs[0].tokens_per_round, 1.5) << "the probe's outcome is measured";
 }
 
+// A request kept plain by a pessimistic average (1.5 tokens per round, where 2.5 pays) whose acceptance has
+// recovered (every round now emits 3): its first probe round re-prices it mostly by what that round found, so it
+// speculates from then on. With the plain 10% weight the average would creep up a tenth of the gap per probe.
+TEST(Scheduler, AnAverageAgesWithThePlainStepsItWentUnrefreshed) {
+  const CostModel curve = serving_curve();
+  SchedulerState st = make_state(64, 64, 1 << 30);
+  st.config.cost = &curve;
+  st.config.probe_interval = 10;
+  for (int i = 0; i < 16; ++i) {
+    SeqView s = seq(RequestId(i + 1), 4, 200);
+    s.phase = Phase::Decode;
+    s.prefilled = s.context_len = 4;
+    s.adaptive = true;
+    s.tokens_per_round = 1.5;
+    s.nodes_per_round = 3;
+    st.seqs.push_back(s);
+  }
+  std::vector<int> speculating_steps;
+  for (int step = 0; step < 40; ++step) {
+    Plan p = schedule(st);
+    std::vector<SeqOutcome> out;
+    for (const DecodeWork& d : p.decode) {
+      SeqOutcome o;
+      o.id = d.id;
+      o.committed = o.tokens_emitted = d.speculate ? 3 : 1;
+      o.speculated = d.speculate;
+      o.tree_nodes = d.speculate ? 3 : 0;
+      out.push_back(o);
+    }
+    if (p.decode[0].speculate) speculating_steps.push_back(step);
+    update(st, p, out);
+  }
+  ASSERT_FALSE(speculating_steps.empty());
+  EXPECT_EQ(speculating_steps.front(), 10) << "first probe after probe_interval plain steps";
+  // 0.9^11 of the old average is left after the probe: 1.5 * 0.31 + 3 * 0.69 = 2.53.
+  // Every step after the probe speculates but one: the plain probe that measures the plain price (step 7 of
+  // schedule()) after plain_probe_interval speculating steps.
+  EXPECT_GE(int(speculating_steps.size()), 40 - 10 - 1) << "speculates from the probe on";
+  EXPECT_NEAR(st.seqs[0].tokens_per_round, 3.0, 0.05);
+}
+
 // Drives `steps` decode-only steps of the state's requests through schedule / run / update / observe_step as the
 // engine does. A speculating request emits 3 tokens from a 4-node tree; a step takes extra_ms(drafting step
 // index) beyond the modelled cost when some request drafts (the index counts drafting steps so far), plain_extra_ms
