@@ -19,7 +19,9 @@
 //      candidates are added most efficient first ((E - 1) / (k - 1) extra tokens per extra row) and every prefix
 //      is priced, so speculation switches off (for some or all) exactly where it would cost goodput. E and k are
 //      the request's measured tokens per round and tree size + 1 (before a measurement: the averages of its
-//      temperature class, else E from the config's prior and k = 1 + min(node_cap, block_size / 2)). A request
+//      temperature class, else E from the config's prior and k = 1 + min(node_cap, block_size / 2)). The
+//      averages are moving averages whose newest round weighs 1 - (1 - ema_weight)^(1 + plain steps since the
+//      request's previous round): an estimate ages with the steps it went unrefreshed. A request
 //      kept off is re-priced optimistically (its class's E or the prior, whichever is larger) every
 //      probe_interval plain steps, so a stale pessimistic measurement cannot keep it off for good. The averages
 //      start from the prior.
