@@ -377,50 +377,14 @@ TEST(Scheduler, SampledRequestsWithFewerTokensPerRoundStopSpeculatingFirst) {
   EXPECT_LE(off_batch(0, 1.0f), off_batch(0, 0.0f));
 }
 
-TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
-  const CostModel curve = serving_curve();
-  SchedulerState st = make_state(64, 64, 1 << 30);
-  st.config.cost = &curve;
-  st.config.probe_interval = 10;
-  for (int i = 0; i < 16; ++i) {  // a load at which a 1.5-token round does not pay, the prior's 2.5 does
-    SeqView s = seq(RequestId(i + 1), 4, 100);
-    s.phase = Phase::Decode;
-    s.prefilled = s.context_len = 4;
-    s.adaptive = true;
-    s.tokens_per_round = 1.5;
-    s.nodes_per_round = 3;
-    st.seqs.push_back(s);
-  }
-  std::vector<int> probe_steps;
-  for (int step = 0; step < 25; ++step) {
-    Plan p = schedule(st);
-    std::vector<SeqOutcome> out;
-    for (const DecodeWork& d : p.decode) {
-      SeqOutcome o;
-      o.id = d.id;
-      o.committed = o.tokens_emitted = d.speculate ? 5 : 1;  // the probe finds a much better acceptance
-      o.speculated = d.speculate;
-      o.tree_nodes = d.speculate ? 4 : 0;
-      out.push_back(o);
-    }
-    if (p.decode[0].speculate) probe_steps.push_back(step);
-    update(st, p, out);
-  }
-  ASSERT_FALSE(probe_steps.empty());
-  EXPECT_EQ(probe_steps.front(), 10) << "first probe after probe_interval plain steps";
-  EXPECT_GT(st.seqs[0].tokens_per_round, 1.5) << "the probe's outcome is measured";
-}
-
-// A request kept plain by a pessimistic average (1.5 tokens per round, where 2.5 pays) whose acceptance has
-// recovered (every round now emits 3): its first probe round re-prices it mostly by what that round found, so it
-// speculates from then on. With the plain 10% weight the average would creep up a tenth of the gap per probe.
-TEST(Scheduler, AnAverageAgesWithThePlainStepsItWentUnrefreshed) {
-  const CostModel curve = serving_curve();
+// 16 adaptive decoding requests whose averages say 1.5 tokens per round from 3 nodes: a load at which a 1.5-token
+// round does not pay and the prior's 2.5 does. Probes every 10 plain steps.
+SchedulerState kept_off_requests(const CostModel& curve, int max_context) {
   SchedulerState st = make_state(64, 64, 1 << 30);
   st.config.cost = &curve;
   st.config.probe_interval = 10;
   for (int i = 0; i < 16; ++i) {
-    SeqView s = seq(RequestId(i + 1), 4, 200);
+    SeqView s = seq(RequestId(i + 1), 4, max_context);
     s.phase = Phase::Decode;
     s.prefilled = s.context_len = 4;
     s.adaptive = true;
@@ -428,26 +392,51 @@ TEST(Scheduler, AnAverageAgesWithThePlainStepsItWentUnrefreshed) {
     s.nodes_per_round = 3;
     st.seqs.push_back(s);
   }
+  return st;
+}
+
+// `steps` steps in which a speculating round emits round_tokens from `nodes` nodes; the steps in which the first
+// request speculated.
+std::vector<int> run_kept_off(SchedulerState& st, int steps, int round_tokens, int nodes) {
   std::vector<int> speculating_steps;
-  for (int step = 0; step < 40; ++step) {
+  for (int step = 0; step < steps; ++step) {
     Plan p = schedule(st);
     std::vector<SeqOutcome> out;
     for (const DecodeWork& d : p.decode) {
       SeqOutcome o;
       o.id = d.id;
-      o.committed = o.tokens_emitted = d.speculate ? 3 : 1;
+      o.committed = o.tokens_emitted = d.speculate ? round_tokens : 1;
       o.speculated = d.speculate;
-      o.tree_nodes = d.speculate ? 3 : 0;
+      o.tree_nodes = d.speculate ? nodes : 0;
       out.push_back(o);
     }
     if (p.decode[0].speculate) speculating_steps.push_back(step);
     update(st, p, out);
   }
+  return speculating_steps;
+}
+
+TEST(Scheduler, ARequestKeptFromSpeculatingIsProbedAndComesBack) {
+  const CostModel curve = serving_curve();
+  SchedulerState st = kept_off_requests(curve, 100);
+  const std::vector<int> probe_steps = run_kept_off(st, 25, 5, 4);  // the probe finds a much better acceptance
+  ASSERT_FALSE(probe_steps.empty());
+  EXPECT_EQ(probe_steps.front(), 10) << "first probe after probe_interval plain steps";
+  EXPECT_GT(st.seqs[0].tokens_per_round, 1.5) << "the probe's outcome is measured";
+}
+
+// A request kept plain by a pessimistic average whose acceptance has recovered (every round now emits 3): its
+// first probe round re-prices it mostly by what that round found, so it speculates from then on. With the plain
+// 10% weight the average would creep up a tenth of the gap per probe.
+TEST(Scheduler, AnAverageAgesWithThePlainStepsItWentUnrefreshed) {
+  const CostModel curve = serving_curve();
+  SchedulerState st = kept_off_requests(curve, 200);
+  const std::vector<int> speculating_steps = run_kept_off(st, 40, 3, 3);
   ASSERT_FALSE(speculating_steps.empty());
   EXPECT_EQ(speculating_steps.front(), 10) << "first probe after probe_interval plain steps";
-  // 0.9^11 of the old average is left after the probe: 1.5 * 0.31 + 3 * 0.69 = 2.53.
-  // Every step after the probe speculates but one: the plain probe that measures the plain price (step 7 of
-  // schedule()) after plain_probe_interval speculating steps.
+  // 0.9^11 of the old average is left after the probe: 1.5 * 0.31 + 3 * 0.69 = 2.53. Every later step speculates
+  // but one: the plain probe that measures the plain price (step 7 of schedule()) after plain_probe_interval
+  // speculating steps.
   EXPECT_GE(int(speculating_steps.size()), 40 - 10 - 1) << "speculates from the probe on";
   EXPECT_NEAR(st.seqs[0].tokens_per_round, 3.0, 0.05);
 }
