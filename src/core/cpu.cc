@@ -343,19 +343,15 @@ void set_num_threads(int n) {
 int num_threads() { return pool_threads(); }
 
 void configure_for_model(size_t weight_bytes, int threads) {
-  set_num_threads(threads > 0 ? threads : default_threads_for(weight_bytes));
+  // Every model gets the pool when --threads is 0: ops too small to split stay on the caller (gemm_worth_threads
+  // and the per-op minimum work in parallel.h), while a quantized 40 MB target decodes ~1.5x faster on 2 threads
+  // than on one.
+  set_num_threads(threads > 0 ? threads : default_threads());
   const char* env = std::getenv("TREESPARK_ISA");
   const bool chosen = g_isa_set.load(std::memory_order_relaxed) || (env != nullptr && *env != '\0');
   constexpr size_t kSmallModelBytes = size_t(48) << 20;
   if (!chosen && active_isa() == Isa::Amx && weight_bytes < kSmallModelBytes)
     g_active_isa.store(int(Isa::Avx512), std::memory_order_relaxed);
-}
-
-int default_threads_for(size_t /*weight_bytes*/) {
-  // Every model gets the pool: ops too small to split stay on the caller (gemm_worth_threads and the per-op
-  // minimum work in parallel.h), so a small model loses nothing, while a quantized 40 MB target decodes ~1.5x
-  // faster on 2 threads than on one.
-  return default_threads();
 }
 
 }  // namespace ts

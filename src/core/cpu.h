@@ -86,11 +86,8 @@ std::string cpu_model_name();
 
 void set_num_threads(int n);  // the kernels' threads (core/thread_pool.h); n <= 0: leave the default
 int num_threads();
-// Threads to use when the user did not say: $OMP_NUM_THREADS if set, else every CPU the process may use (affinity
-// mask capped by a cgroup CPU quota: core/thread_pool.h), whatever the model's size; an op too small to split runs
-// on the calling thread alone (`worth_it` in kernels/cpu/parallel.h).
-int default_threads_for(size_t weight_bytes);
-// What a command does once its target is loaded: threads (`threads` > 0, else default_threads_for), and, unless
+// What a command does once its target is loaded: threads (`threads` > 0, else default_threads(): $OMP_NUM_THREADS,
+// else every CPU the process may use, whatever the model's size), and, unless
 // the variant was chosen ($TREESPARK_ISA or set_isa), avx512 instead of amx for a small model: a one-token step of a
 // cache-resident model costs more on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a DRAM-bound
 // model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, "Kernels and weights";

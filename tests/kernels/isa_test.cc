@@ -101,7 +101,9 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
       EXPECT_EQ(peak, 0.0) << isa_name(isa);
     }
   }
-  if (isa_supported(Isa::Avx512)) EXPECT_EQ(int8_peak_macs_per_ns(Isa::Amx), int8_peak_macs_per_ns(Isa::Avx512));
+  if (isa_supported(Isa::Avx512)) {
+    EXPECT_EQ(int8_peak_macs_per_ns(Isa::Amx), int8_peak_macs_per_ns(Isa::Avx512));
+  }
   const Isa saved = active_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {

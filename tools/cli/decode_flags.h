@@ -46,7 +46,7 @@ struct DecodeFlags {
   // --mode tree with the calibrated (TreeSpark) priority needs a Markov head (parent-conditional q). Without one
   // the priority falls back to marginal; returns why ("" when nothing changed).
   std::string fall_back_without_markov(const Drafter& drafter);
-  // Sets the thread count: --threads, else default_threads_for(the model's weight bytes).
+  // Sets the thread count: --threads, else default_threads() (core/thread_pool.h).
   void apply_threads(size_t weight_bytes) const;
   // Builds generation options; block_size bounds the chain length default.
   GenerateOptions options(int block_size) const;

@@ -79,13 +79,7 @@ void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_featur
 
 void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts) {
   const int nb = in_features / kQBlock;
-  acts->rows = rows;
-  acts->blocks = nb;
-  acts->q.resize(size_t(rows) * in_features);
-  acts->d.resize(size_t(rows) * nb);
-  acts->sum.resize(size_t(rows) * nb);
-  acts->sum16.resize(size_t(rows) * nb * 2);
-  acts->dsum.resize(size_t(rows) * nb);
+  acts->shape(rows, in_features);
   for (int r = 0; r < rows; ++r) {
     for (int b = 0; b < nb; ++b) {
       const float* xb = x + size_t(r) * in_features + b * kQBlock;

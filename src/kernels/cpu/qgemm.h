@@ -3,7 +3,8 @@
 //
 // Activations (QuantizedRows): per row and 32-value block b, d = amax / 127 (f32), q = round-half-even(x / d as
 // x * (1 / d)), so |q| <= 127, sum = sum of the block's q and sum16 = the sums of its two 16-value halves (for
-// Q6_K's 16-value sub-blocks), dsum = d * float(sum) (for Q4_K's mins). A row's blocks depend on that row alone. Q4_K and Q6_K weights: qgemm_k.h.
+// Q6_K's 16-value sub-blocks), dsum = d * float(sum) (for Q4_K's mins). A row's blocks depend on that row alone.
+// Q4_K and Q6_K weights: qgemm_k.h.
 //
 // Packed weights, per group of kQGroup = 16 output rows (rows past out_features are zero), per block b in k order:
 //   scales: 16 f16 (the GGUF block scales, lane = output row in the group)                       32 bytes
@@ -55,6 +56,17 @@ struct QuantizedRows {
   std::vector<int32_t> sum;    // [rows, blocks]
   std::vector<int32_t> sum16;  // [rows, blocks * 2]: the sums of values 0..15 and 16..31 of each block
   std::vector<float> dsum;     // [rows, blocks]: d * float(sum), rounded once (Q4_K's min term)
+  // Sizes every field for `rows` rows of `in_features` values (a multiple of 32); what each quantizer fills.
+  void shape(int rows_, int in_features) {
+    rows = rows_;
+    blocks = in_features / kQBlock;
+    const size_t n = size_t(rows) * blocks;
+    q.resize(n * kQBlock);
+    d.resize(n);
+    sum.resize(n);
+    sum16.resize(n * 2);
+    dsum.resize(n);
+  }
 };
 
 // The kernel variants. Each needs its ISA's CPU features (plus VNNI for the *_vnni ones).

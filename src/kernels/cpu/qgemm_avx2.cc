@@ -141,13 +141,7 @@ TS_Q256 void quantize_rows_256(const float* x, int rows, int in_features, Quanti
 namespace avx2 {
 
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  acts->rows = rows;
-  acts->blocks = in_features / kQBlock;
-  acts->q.resize(size_t(rows) * in_features);
-  acts->d.resize(size_t(rows) * acts->blocks);
-  acts->sum.resize(size_t(rows) * acts->blocks);
-  acts->sum16.resize(size_t(rows) * acts->blocks * 2);
-  acts->dsum.resize(size_t(rows) * acts->blocks);
+  acts->shape(rows, in_features);
   quantize_rows_256(x, rows, in_features, acts);
 }
 

@@ -138,13 +138,7 @@ TS_Q512 void quantize_rows_512(const float* x, int rows, int in_features, Quanti
 namespace avx512 {
 
 void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  acts->rows = rows;
-  acts->blocks = in_features / kQBlock;
-  acts->q.resize(size_t(rows) * in_features);
-  acts->d.resize(size_t(rows) * acts->blocks);
-  acts->sum.resize(size_t(rows) * acts->blocks);
-  acts->sum16.resize(size_t(rows) * acts->blocks * 2);
-  acts->dsum.resize(size_t(rows) * acts->blocks);
+  acts->shape(rows, in_features);
   quantize_rows_512(x, rows, in_features, acts);
 }
 
