@@ -53,6 +53,16 @@ void expect_same(const Output& cached, const Output& cold, const std::string& wh
   }
 }
 
+// A config of max_batch requests and prefill_chunk tokens per step whose KV budget holds budget_rows rows of the pair.
+EngineConfig budgeted_config(const Pair& pair, int max_batch, int prefill_chunk, int64_t budget_rows) {
+  EngineConfig config;
+  config.max_batch = max_batch;
+  config.prefill_chunk = prefill_chunk;
+  Engine probe(*pair.target, pair.drafter.get(), config);
+  config.kv_budget_bytes = budget_rows * probe.kv_bytes_per_row();
+  return config;
+}
+
 // Between steps: the admitted requests' own reservations plus every row the cache holds (its pinned blocks, which
 // kv_reserved_perc counts too, once) stay within the KV budget.
 ::testing::AssertionResult within_budget(const Engine& engine, double budget_rows) {
@@ -162,11 +172,7 @@ TEST(PrefixCacheEngine, SpeculatingRequestsReuseOnlyBlocksWithDrafterRows) {
 
 TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing) {
   Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 13);
-  EngineConfig config;
-  config.max_batch = 3;
-  config.prefill_chunk = 32;
-  Engine probe(*pair.target, pair.drafter.get(), config);
-  config.kv_budget_bytes = 1200 * probe.kv_bytes_per_row();  // room for about 3 requests and a few blocks
+  EngineConfig config = budgeted_config(pair, 3, 32, 1200);  // room for about 3 requests and a few blocks
   Engine engine(*pair.target, pair.drafter.get(), config);
   const double budget_rows = 1200;
   std::vector<Output> outs(40);
@@ -345,11 +351,7 @@ TEST(PrefixCacheEngine, ACancelledRequestsPromptAndPartialAnswerStayReusable) {
 // (greedy, plain and tree, bit-identical logprobs), the budget holds at every step, and nothing stays pinned.
 TEST(PrefixCacheEngine, ConcurrentChatsUnderEvictionEqualAColdEngine) {
   Pair pair = make_pair(/*vocab=*/24, /*hidden=*/32, /*layers=*/2, /*block=*/5, DType::BF16, 18);
-  EngineConfig config;
-  config.max_batch = 3;
-  config.prefill_chunk = 48;
-  Engine probe(*pair.target, pair.drafter.get(), config);
-  config.kv_budget_bytes = 650 * probe.kv_bytes_per_row();  // about two or three requests' reservations
+  EngineConfig config = budgeted_config(pair, 3, 48, 650);  // about two or three requests' reservations
   int removed = 0;  // blocks evicted (BlockRemoved events)
   config.on_kv_events = [&removed](const std::vector<KvCacheEvent>& events) {
     for (const KvCacheEvent& e : events)
