@@ -1,7 +1,8 @@
 // Internal: the avx2 K-quant GEMM (qgemm_k.h), included twice by qgemm_k_avx2.cc: with TS_Q_VNNI = 1 (vpdpbusd
-// on ymm, AVX-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; weights <= 63, no saturation). A
-// 16-output group is two 8-lane halves; the weights of one half are unpacked once per block and reused by every
-// row of the tile (up to 4), the scales once per super-block (Q4_K) or block (Q6_K).
+// on ymm, AVX-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; weights <= 63, no saturation, pair sums
+// added in int16 first: qgemm_avx2_shared-inl.h). A 16-output group is two 8-lane halves, one after the other;
+// each quad's weights are unpacked once per block and reused by every row of the tile (up to 4), the scales once
+// per super-block (Q4_K) or block (Q6_K).
 // Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
 #include <immintrin.h>
 
@@ -27,21 +28,7 @@ TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
 
 constexpr int kMaxTileRows = 4;
 
-TS_Q_TARGET inline __m256i broadcast_quad(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-// Exact sum of 4 unsigned x signed byte products per int32 lane, added to s (u <= 63 here).
-TS_Q_TARGET inline __m256i dot_quads(__m256i s, __m256i u, __m256i x) {
-#if TS_Q_VNNI
-  return _mm256_dpbusd_avx_epi32(s, u, x);
-#else
-  const __m256i pairs = _mm256_maddubs_epi16(u, x);
-  return _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-#endif
-}
+#include "kernels/cpu/qgemm_avx2_shared-inl.h"
 
 // (a & 0x0F) | (b & 0x30) per byte.
 TS_Q_TARGET inline __m256i low_nibble_or_bits_4_5(__m256i a, __m256i b) {
@@ -76,128 +63,125 @@ TS_Q_TARGET inline void unpack_q4k_scales(const uint8_t* sb, uint8_t* sc, uint8_
   }
 }
 
+// Lanes 8h .. 8h + 7 of a Q4_K group for R rows (qgemm_k.h, Arithmetic): per sub-block, R accumulators, R int16
+// pair sums (4-bit weights: all 8 quads fit), one quad pair's weights and the two scale vectors.
 template <int R>
-TS_Q_TARGET inline void store_tile(__m256 (&acc)[R][2], float* y, int ldy, int valid_lanes) {
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if (valid_lanes >= 16) {
-      _mm256_storeu_ps(y + size_t(r) * ldy, acc[r][0]);
-      _mm256_storeu_ps(y + size_t(r) * ldy + 8, acc[r][1]);
-    } else {
-      alignas(32) float tmp[16];
-      _mm256_store_ps(tmp, acc[r][0]);
-      _mm256_store_ps(tmp + 8, acc[r][1]);
-      std::memcpy(y + size_t(r) * ldy, tmp, sizeof(float) * valid_lanes);
-    }
-  }
-}
-
-template <int R>
-TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void half_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, int h,
+                          float* y, int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
-  __m256 acc[R][2];
+  __m256 acc[R];
   #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
     alignas(32) uint8_t sc[128], mn[128];
     unpack_q4k_scales(sb, sc, mn);
+    const __m256 d = load_f16x8(sb + 16 * h), dmin = load_f16x8(sb + 32 + 16 * h);
     for (int j = 0; j < kQBlocksPerSuper; ++j) {
       const int b = s * kQBlocksPerSuper + j;
-      const uint8_t* quants = sb + 256 + 256 * j;
+      const uint8_t* quants = sb + 256 + 256 * j + 32 * h;  // quads i (low nibbles) and i + 4 (high) at + 64 i
       if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
-      #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
-        const __m256 ds = _mm256_mul_ps(load_f16x8(sb + 16 * h), widen_u8(sc + 16 * j + 8 * h));       // exact
-        const __m256 dm = _mm256_mul_ps(load_f16x8(sb + 32 + 16 * h), widen_u8(mn + 16 * j + 8 * h));  // exact
-        __m256i w[8];
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
-        #pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i + 32 * h));
-          w[i] = _mm256_and_si256(v, low4);
-          w[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        }
+      const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
+      __m256i sums[R];
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
+      #pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
-          __m256i s_sum = _mm256_setzero_si256();
-          #pragma GCC unroll 8
-          for (int q = 0; q < 8; ++q) s_sum = dot_quads(s_sum, w[q], broadcast_quad(xq + 4 * q));
-          const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
-          acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(s_sum), acc[r][h]);
-          acc[r][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[r][h]);  // fma(-dm, dsum, acc)
+          const int8_t* x = xq + size_t(r) * in_features;
+          sums[r] = add_small_quad(sums[r], lo, broadcast_quad(x + 4 * i));
+          sums[r] = add_small_quad(sums[r], hi, broadcast_quad(x + 16 + 4 * i));
         }
+      }
+      const __m256 ds = _mm256_mul_ps(d, widen_u8(sc + 16 * j + 8 * h));     // exact
+      const __m256 dm = _mm256_mul_ps(dmin, widen_u8(mn + 16 * j + 8 * h));  // exact
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(widen_small_sums(sums[r])), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[r]);  // fma(-dm, dsum, acc)
       }
     }
   }
-  store_tile<R>(acc, y, ldy, valid_lanes);
+  store_half<R>(acc, y, ldy, valid_lanes, h);
 }
 
+// Lanes 8h .. 8h + 7 of a Q6_K group for R rows (qgemm_k.h, Arithmetic). Per block, the 16-value half with k >= 16
+// first: its product dsc_hi * float(hi) is the addend of the fma that adds the other half, so R of them wait in
+// registers while the k < 16 half's integer sums are formed. 6-bit weights: two quads per int16 pair sum.
 template <int R>
-TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void half_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, int h,
+                          float* y, int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
-  __m256 acc[R][2];
+  __m256 acc[R];
   #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const int32_t* sum16_0 = a.sum16.data() + size_t(row0) * nb * 2;
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
+    const __m256 d = load_f16x8(sb + 16 * h);
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
       const int b = s * kQBlocksPerSuper + i;
-      const uint8_t* blk = sb + 288 + 384 * i;
+      const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
       if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
+      const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
+      __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
       #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256 d = load_f16x8(sb + 16 * h);
-        // d * sc of the two 16-value halves, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
-        const __m256 dsc_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 8 * h)));
-        const __m256 dsc_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 + 8 * h)));
-        __m256i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3
+      for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
+        __m256i sums[R];  // the level offset (q - 32) enters as the start value: exact integers
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) sums[r] = _mm256_set1_epi32(-32 * sum16_0[(size_t(r) * nb + b) * 2 + half]);
         #pragma GCC unroll 2
-        for (int p = 0; p < 2; ++p) {
-          const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p + 32 * h));
-          const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 32 * h));
-          const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 64 + 32 * h));
-          w[2 * p] = low_nibble_or_bits_4_5(low0, _mm256_slli_epi16(high, 4));
-          w[2 * p + 4] = low_nibble_or_bits_4_5(_mm256_srli_epi16(low0, 4), _mm256_slli_epi16(high, 2));
-          w[2 * p + 1] = low_nibble_or_bits_4_5(low1, high);
-          w[2 * p + 5] = low_nibble_or_bits_4_5(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(high, 2));
+        for (int p = 0; p < 2; ++p) {  // quads 4 half + 2p and 4 half + 2p + 1
+          const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p));
+          const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p));
+          const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 64));
+          const __m256i w0 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low0, 4), _mm256_slli_epi16(high, 2))
+                                  : low_nibble_or_bits_4_5(low0, _mm256_slli_epi16(high, 4));
+          const __m256i w1 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(high, 2))
+                                  : low_nibble_or_bits_4_5(low1, high);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq + size_t(r) * in_features + 16 * half + 8 * p;
+            const __m256i pairs = add_small_quad(add_small_quad(_mm256_setzero_si256(), w0, broadcast_quad(x)), w1,
+                                                 broadcast_quad(x + 4));
+            sums[r] = _mm256_add_epi32(sums[r], widen_small_sums(pairs));
+          }
         }
+        // d * sc of this 16-value half, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
+        const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 * half + 8 * h)));
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
-          const int32_t* sum16 = sum16_0 + (size_t(r) * nb + b) * 2;
-          __m256i lo = _mm256_set1_epi32(-32 * sum16[0]), hi = _mm256_set1_epi32(-32 * sum16[1]);
-          #pragma GCC unroll 8
-          for (int q = 0; q < 4; ++q) {
-            lo = dot_quads(lo, w[q], broadcast_quad(xq + 4 * q));
-            hi = dot_quads(hi, w[q + 4], broadcast_quad(xq + 16 + 4 * q));
-          }
-          const __m256 t =
-              _mm256_fmadd_ps(dsc_lo, _mm256_cvtepi32_ps(lo), _mm256_mul_ps(dsc_hi, _mm256_cvtepi32_ps(hi)));
-          acc[r][h] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx0[size_t(r) * nb + b]), acc[r][h]);
+          t[r] = half ? _mm256_mul_ps(dsc, _mm256_cvtepi32_ps(sums[r]))
+                      : _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(sums[r]), t[r]);
         }
       }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(dx0[size_t(r) * nb + b]), acc[r]);
     }
   }
-  store_tile<R>(acc, y, ldy, valid_lanes);
+  store_half<R>(acc, y, ldy, valid_lanes, h);
 }
 
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
                       int ldy, int valid_lanes, bool prefetch) {
-  if constexpr (kT == QuantType::Q4_K) {
-    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
-  } else {
-    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  // The first half streams the weights (prefetch); the second finds them in L1 / L2.
+  for (int h = 0; h < (valid_lanes > 8 ? 2 : 1); ++h) {
+    if constexpr (kT == QuantType::Q4_K) {
+      half_q4k<R>(a, row0, in_features, group, ns, h, y, ldy, valid_lanes, prefetch && h == 0);
+    } else {
+      half_q6k<R>(a, row0, in_features, group, ns, h, y, ldy, valid_lanes, prefetch && h == 0);
+    }
   }
 }
 

@@ -1,0 +1,70 @@
+// Internal: what the avx2 quantized GEMMs share (integer dot products, half-group stores), included inside the
+// namespace of qgemm_avx2-inl.h and qgemm_k_avx2-inl.h (after <immintrin.h>, <algorithm> and <cstring>; once per
+// namespace, so no include guard). Expects TS_Q_TARGET and TS_Q_VNNI.
+//
+// A 16-output group is two 8-lane halves, computed one after the other: with both halves' accumulators live, R
+// rows need 2R accumulators beside the weights, and the compiler kept the tiles in stack memory.
+//
+// With AVX-VNNI one vpdpbusd adds 4 uint8 x int8 products per int32 lane. Without it, vpmaddubsw makes int16 pair
+// sums and vpmaddwd (times 1) widens them: both issue on the same two multiply pipes, so widening every pair sum
+// doubles the pipe work. Where the weights are small enough, pair sums are first added in int16 (exactly: the
+// bounds below keep every partial sum inside int16) and widened once.
+
+TS_Q_TARGET inline __m256i broadcast_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// s + the exact sum of 4 unsigned x signed byte products per int32 lane (u <= 128 without VNNI, so no pair sum
+// saturates: |x| <= 127).
+TS_Q_TARGET inline __m256i dot_quads(__m256i s, __m256i u, __m256i x) {
+#if TS_Q_VNNI
+  return _mm256_dpbusd_avx_epi32(s, u, x);
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(u, x);
+  __m256i sum = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  asm("" : "+x"(sum));  // as in add_small_quad
+  return sum;
+#endif
+}
+
+// Products of small weights (0 <= u <= 63) summed per lane: with VNNI, s is an int32 quad sum and this is dot_quads;
+// without, s holds int16 pair sums, added without widening. A caller adds at most 32767 / (2 * 127 * max u)
+// quads per lane before widen_small_sums: 8 for 4-bit weights (8 * 3810 = 30480), 2 for 6-bit ones (2 * 16002).
+TS_Q_TARGET inline __m256i add_small_quad(__m256i s, __m256i u, __m256i x) {
+#if TS_Q_VNNI
+  return _mm256_dpbusd_avx_epi32(s, u, x);
+#else
+  __m256i sum = _mm256_add_epi16(s, _mm256_maddubs_epi16(u, x));
+  // An empty asm pins the chain: integer adds may be reassociated, and GCC then formed every product of a tile
+  // first (32 for 4 rows), spilled them and summed them as a tree.
+  asm("" : "+x"(sum));
+  return sum;
+#endif
+}
+
+// The int32 sums of add_small_quad's accumulator.
+TS_Q_TARGET inline __m256i widen_small_sums(__m256i s) {
+#if TS_Q_VNNI
+  return s;
+#else
+  return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+#endif
+}
+
+// y[r, 8h .. 8h + 7] = acc[r] for R rows of ldy floats, of which the group's first valid_lanes are real.
+template <int R>
+TS_Q_TARGET inline void store_half(const __m256 (&acc)[R], float* y, int ldy, int valid_lanes, int h) {
+  const int valid = std::min(8, valid_lanes - 8 * h);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (valid == 8) {
+      _mm256_storeu_ps(y + size_t(r) * ldy + 8 * h, acc[r]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[r]);
+      std::memcpy(y + size_t(r) * ldy + 8 * h, tmp, sizeof(float) * valid);
+    }
+  }
+}
