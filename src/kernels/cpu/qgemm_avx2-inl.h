@@ -16,19 +16,21 @@ namespace {
 // Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
 // group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
 constexpr size_t kPrefetchBytes = 2048;
-constexpr int kMaxTileRows = 4;
+// Rows per tile: 3 rows' accumulators for both 8-lane halves (6), their integer sums (3) and one quad's weights
+// fit the 16 ymm registers (qgemm_avx2_shared-inl.h).
+constexpr int kMaxTileRows = 3;
 
 #include "kernels/cpu/qgemm_avx2_shared-inl.h"
 
-// Lanes 8h .. 8h + 7 of one group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h,
-// Determinism). In the 16 ymm registers: R accumulators, R integer sums, one quad's weights, the activations.
+// One group's 16 outputs (two 8-lane halves) for R rows starting at row0; blocks walked in k order (qgemm.h,
+// Determinism).
 template <QuantType kT, int R>
-TS_Q_TARGET void tile_half(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, int h,
-                           float* y, int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
+                      int ldy, int valid_lanes, bool prefetch) {
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
-  __m256 acc[R];
+  __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
@@ -38,63 +40,58 @@ TS_Q_TARGET void tile_half(const QuantizedRows& a, int row0, int in_features, co
       #pragma GCC unroll 8
       for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
     }
-    const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    const uint8_t* quants = blk + 32 + 32 * h;  // quad j of this half at quants + 64 j
-    const int8_t* xq = xq0 + b * kQBlock;        // row r's block at xq + r * in_features
-    __m256i s[R];  // per row: the block's integer sums (int16 pair sums for Q4_0 without VNNI until widened)
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-    if constexpr (kT == QuantType::Q4_0) {
-      const __m256i low4 = _mm256_set1_epi8(0x0F);
-      #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {  // the low nibbles hold quad j, the high ones quad j + 4
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
+      const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+      const uint8_t* quants = blk + 32 + 32 * h;  // quad j of this half at quants + 64 j
+      const int8_t* xq = xq0 + b * kQBlock;        // row r's block at xq + r * in_features
+      __m256i s[R];  // per row: the block's integer sums (int16 pair sums for Q4_0 without VNNI until widened)
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+      if constexpr (kT == QuantType::Q4_0) {
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {  // the low nibbles hold quad j, the high ones quad j + 4
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));
+          const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq + size_t(r) * in_features;
+            s[r] = add_small_quad(s[r], lo, broadcast_quad(x + 4 * j));
+            s[r] = add_small_quad(s[r], hi, broadcast_quad(x + 16 + 4 * j));
+          }
+        }
         #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = xq + size_t(r) * in_features;
-          s[r] = add_small_quad(s[r], lo, broadcast_quad(x + 4 * j));
-          s[r] = add_small_quad(s[r], hi, broadcast_quad(x + 16 + 4 * j));
+        for (int r = 0; r < R; ++r) s[r] = widen_small_sums(s[r]);
+      } else {
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));  // w + 128
+#if !TS_Q_VNNI
+          const __m256i sign = _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80)));  // the signed weights
+          w = _mm256_abs_epi8(sign);  // |w| <= 128 as uint8; the signs go onto x
+#endif
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            __m256i x = broadcast_quad(xq + size_t(r) * in_features + 4 * j);
+#if !TS_Q_VNNI
+            x = _mm256_sign_epi8(x, sign);
+#endif
+            s[r] = dot_quads(s[r], w, x);
+          }
         }
       }
       #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) s[r] = widen_small_sums(s[r]);
-    } else {
-      #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));  // w + 128
-#if !TS_Q_VNNI
-        const __m256i sign = _mm256_xor_si256(w, _mm256_set1_epi8(char(0x80)));  // the signed weights
-        w = _mm256_abs_epi8(sign);  // |w| <= 128 as uint8; the signs go onto x
-#endif
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          __m256i x = broadcast_quad(xq + size_t(r) * in_features + 4 * j);
-#if !TS_Q_VNNI
-          x = _mm256_sign_epi8(x, sign);
-#endif
-          s[r] = dot_quads(s[r], w, x);
-        }
+      for (int r = 0; r < R; ++r) {
+        constexpr int kOffset = kT == QuantType::Q8_0 ? (TS_Q_VNNI ? 128 : 0) : 8;
+        if constexpr (kOffset != 0) s[r] = _mm256_sub_epi32(s[r], _mm256_set1_epi32(kOffset * sum0[size_t(r) * nb + b]));
+        const __m256 scale = _mm256_mul_ps(wscale, _mm256_set1_ps(dx0[size_t(r) * nb + b]));
+        acc[h][r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s[r]), acc[h][r]);
       }
-    }
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      constexpr int kOffset = kT == QuantType::Q8_0 ? (TS_Q_VNNI ? 128 : 0) : 8;
-      if constexpr (kOffset != 0) s[r] = _mm256_sub_epi32(s[r], _mm256_set1_epi32(kOffset * sum0[size_t(r) * nb + b]));
-      const __m256 scale = _mm256_mul_ps(wscale, _mm256_set1_ps(dx0[size_t(r) * nb + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s[r]), acc[r]);
     }
   }
-  store_half<R>(acc, y, ldy, valid_lanes, h);
-}
-
-// One group's 16 outputs (valid_lanes of them real) for R rows: the first half streams the weights (prefetch), the
-// second finds them in L1 / L2.
-template <QuantType kT, int R>
-TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
-                      int ldy, int valid_lanes, bool prefetch) {
-  tile_half<kT, R>(a, row0, in_features, group, nb, 0, y, ldy, valid_lanes, prefetch);
-  if (valid_lanes > 8) tile_half<kT, R>(a, row0, in_features, group, nb, 1, y, ldy, valid_lanes, false);
+  store_half<R>(acc[0], y, ldy, valid_lanes, 0);
+  if (valid_lanes > 8) store_half<R>(acc[1], y, ldy, valid_lanes, 1);
 }
 
 template <QuantType kT>
@@ -111,8 +108,7 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
       switch (std::min(kMaxTileRows, a.rows - row0)) {
         case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
         case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, kMaxTileRows>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
       }
     }
   }

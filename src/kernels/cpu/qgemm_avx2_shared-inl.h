@@ -2,9 +2,6 @@
 // namespace of qgemm_avx2-inl.h and qgemm_k_avx2-inl.h (after <immintrin.h>, <algorithm> and <cstring>; once per
 // namespace, so no include guard). Expects TS_Q_TARGET and TS_Q_VNNI.
 //
-// A 16-output group is two 8-lane halves, computed one after the other: with both halves' accumulators live, R
-// rows need 2R accumulators beside the weights, and the compiler kept the tiles in stack memory.
-//
 // With AVX-VNNI one vpdpbusd adds 4 uint8 x int8 products per int32 lane. Without it, vpmaddubsw makes int16 pair
 // sums and vpmaddwd (times 1) widens them: both issue on the same two multiply pipes, so widening every pair sum
 // doubles the pipe work. Where the weights are small enough, pair sums are first added in int16 (exactly: the

@@ -26,7 +26,9 @@ TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
   for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
 }
 
-constexpr int kMaxTileRows = 4;
+// Rows per tile: both 8-lane halves' accumulators for 3 rows (6), the rows' integer sums and one quad's weights
+// fit the 16 ymm registers.
+constexpr int kMaxTileRows = 3;
 
 #include "kernels/cpu/qgemm_avx2_shared-inl.h"
 
@@ -63,15 +65,15 @@ TS_Q_TARGET inline void unpack_q4k_scales(const uint8_t* sb, uint8_t* sc, uint8_
   }
 }
 
-// Lanes 8h .. 8h + 7 of a Q4_K group for R rows (qgemm_k.h, Arithmetic): per sub-block, R accumulators, R int16
-// pair sums (4-bit weights: all 8 quads fit), one quad pair's weights and the two scale vectors.
+// One Q4_K group's 16 outputs (two 8-lane halves) for R rows (qgemm_k.h, Arithmetic): per sub-block and half, the
+// rows' int16 pair sums (4-bit weights: all 8 quads fit) from one quad pair's weights at a time.
 template <int R>
-TS_Q_TARGET void half_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, int h,
-                          float* y, int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
-  __m256 acc[R];
+  __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
@@ -80,108 +82,113 @@ TS_Q_TARGET void half_q4k(const QuantizedRows& a, int row0, int in_features, con
     const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
     alignas(32) uint8_t sc[128], mn[128];
     unpack_q4k_scales(sb, sc, mn);
-    const __m256 d = load_f16x8(sb + 16 * h), dmin = load_f16x8(sb + 32 + 16 * h);
     for (int j = 0; j < kQBlocksPerSuper; ++j) {
       const int b = s * kQBlocksPerSuper + j;
-      const uint8_t* quants = sb + 256 + 256 * j + 32 * h;  // quads i (low nibbles) and i + 4 (high) at + 64 i
       if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
       const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
-      __m256i sums[R];
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
-      #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
+        const uint8_t* quants = sb + 256 + 256 * j + 32 * h;  // quads i (low nibbles) and i + 4 (high) at + 64 i
+        __m256i sums[R];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i));
+          const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq + size_t(r) * in_features;
+            sums[r] = add_small_quad(sums[r], lo, broadcast_quad(x + 4 * i));
+            sums[r] = add_small_quad(sums[r], hi, broadcast_quad(x + 16 + 4 * i));
+          }
+        }
+        const __m256 ds = _mm256_mul_ps(load_f16x8(sb + 16 * h), widen_u8(sc + 16 * j + 8 * h));       // exact
+        const __m256 dm = _mm256_mul_ps(load_f16x8(sb + 32 + 16 * h), widen_u8(mn + 16 * j + 8 * h));  // exact
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          const int8_t* x = xq + size_t(r) * in_features;
-          sums[r] = add_small_quad(sums[r], lo, broadcast_quad(x + 4 * i));
-          sums[r] = add_small_quad(sums[r], hi, broadcast_quad(x + 16 + 4 * i));
+          const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
+          acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(widen_small_sums(sums[r])), acc[h][r]);
+          acc[h][r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[h][r]);  // fma(-dm, dsum, acc)
         }
-      }
-      const __m256 ds = _mm256_mul_ps(d, widen_u8(sc + 16 * j + 8 * h));     // exact
-      const __m256 dm = _mm256_mul_ps(dmin, widen_u8(mn + 16 * j + 8 * h));  // exact
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(widen_small_sums(sums[r])), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[r]);  // fma(-dm, dsum, acc)
       }
     }
   }
-  store_half<R>(acc, y, ldy, valid_lanes, h);
+  store_half<R>(acc[0], y, ldy, valid_lanes, 0);
+  if (valid_lanes > 8) store_half<R>(acc[1], y, ldy, valid_lanes, 1);
 }
 
-// Lanes 8h .. 8h + 7 of a Q6_K group for R rows (qgemm_k.h, Arithmetic). Per block, the 16-value half with k >= 16
-// first: its product dsc_hi * float(hi) is the addend of the fma that adds the other half, so R of them wait in
-// registers while the k < 16 half's integer sums are formed. 6-bit weights: two quads per int16 pair sum.
+// One Q6_K group's 16 outputs for R rows (qgemm_k.h, Arithmetic). Per block and half, the 16 values with k >= 16
+// first: their product dsc_hi * float(hi) is the addend of the fma that adds the k < 16 values' product, so it
+// waits in t[r] while those integer sums form. 6-bit weights: two quads per int16 pair sum.
 template <int R>
-TS_Q_TARGET void half_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, int h,
-                          float* y, int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
+                          int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
-  __m256 acc[R];
+  __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const int32_t* sum16_0 = a.sum16.data() + size_t(row0) * nb * 2;
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
-    const __m256 d = load_f16x8(sb + 16 * h);
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
       const int b = s * kQBlocksPerSuper + i;
-      const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
       if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
       const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
-      __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
       #pragma GCC unroll 2
-      for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
-        __m256i sums[R];  // the level offset (q - 32) enters as the start value: exact integers
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) sums[r] = _mm256_set1_epi32(-32 * sum16_0[(size_t(r) * nb + b) * 2 + half]);
+      for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
+        const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
+        __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
         #pragma GCC unroll 2
-        for (int p = 0; p < 2; ++p) {  // quads 4 half + 2p and 4 half + 2p + 1
-          const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p));
-          const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p));
-          const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 64));
-          const __m256i w0 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low0, 4), _mm256_slli_epi16(high, 2))
-                                  : low_nibble_or_bits_4_5(low0, _mm256_slli_epi16(high, 4));
-          const __m256i w1 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(high, 2))
-                                  : low_nibble_or_bits_4_5(low1, high);
+        for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
+          __m256i sums[R];  // the level offset (q - 32) enters as the start value: exact integers
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) sums[r] = _mm256_set1_epi32(-32 * sum16_0[(size_t(r) * nb + b) * 2 + half]);
+          #pragma GCC unroll 2
+          for (int p = 0; p < 2; ++p) {  // quads 4 half + 2p and 4 half + 2p + 1
+            const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p));
+            const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p));
+            const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 * p + 64));
+            const __m256i w0 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low0, 4), _mm256_slli_epi16(high, 2))
+                                    : low_nibble_or_bits_4_5(low0, _mm256_slli_epi16(high, 4));
+            const __m256i w1 = half ? low_nibble_or_bits_4_5(_mm256_srli_epi16(low1, 4), _mm256_srli_epi16(high, 2))
+                                    : low_nibble_or_bits_4_5(low1, high);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              const int8_t* x = xq + size_t(r) * in_features + 16 * half + 8 * p;
+              const __m256i pairs = add_small_quad(add_small_quad(_mm256_setzero_si256(), w0, broadcast_quad(x)),
+                                                   w1, broadcast_quad(x + 4));
+              sums[r] = _mm256_add_epi32(sums[r], widen_small_sums(pairs));
+            }
+          }
+          // d * sc of this 16-value half, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
+          const __m256 dsc = _mm256_mul_ps(load_f16x8(sb + 16 * h),
+                                           _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 * half + 8 * h)));
           #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            const int8_t* x = xq + size_t(r) * in_features + 16 * half + 8 * p;
-            const __m256i pairs = add_small_quad(add_small_quad(_mm256_setzero_si256(), w0, broadcast_quad(x)), w1,
-                                                 broadcast_quad(x + 4));
-            sums[r] = _mm256_add_epi32(sums[r], widen_small_sums(pairs));
+            t[r] = half ? _mm256_mul_ps(dsc, _mm256_cvtepi32_ps(sums[r]))
+                        : _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(sums[r]), t[r]);
           }
         }
-        // d * sc of this 16-value half, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
-        const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 * half + 8 * h)));
         #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          t[r] = half ? _mm256_mul_ps(dsc, _mm256_cvtepi32_ps(sums[r]))
-                      : _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(sums[r]), t[r]);
-        }
+        for (int r = 0; r < R; ++r)
+          acc[h][r] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(dx0[size_t(r) * nb + b]), acc[h][r]);
       }
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(dx0[size_t(r) * nb + b]), acc[r]);
     }
   }
-  store_half<R>(acc, y, ldy, valid_lanes, h);
+  store_half<R>(acc[0], y, ldy, valid_lanes, 0);
+  if (valid_lanes > 8) store_half<R>(acc[1], y, ldy, valid_lanes, 1);
 }
 
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
                       int ldy, int valid_lanes, bool prefetch) {
-  // The first half streams the weights (prefetch); the second finds them in L1 / L2.
-  for (int h = 0; h < (valid_lanes > 8 ? 2 : 1); ++h) {
-    if constexpr (kT == QuantType::Q4_K) {
-      half_q4k<R>(a, row0, in_features, group, ns, h, y, ldy, valid_lanes, prefetch && h == 0);
-    } else {
-      half_q6k<R>(a, row0, in_features, group, ns, h, y, ldy, valid_lanes, prefetch && h == 0);
-    }
+  if constexpr (kT == QuantType::Q4_K) {
+    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  } else {
+    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
   }
 }
 
@@ -199,8 +206,7 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
       switch (std::min(kMaxTileRows, a.rows - row0)) {
         case 1: tile<kT, 1>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
         case 2: tile<kT, 2>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, 4>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
+        default: tile<kT, kMaxTileRows>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
       }
     }
   }
