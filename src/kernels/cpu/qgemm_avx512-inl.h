@@ -15,7 +15,11 @@ namespace {
 // Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
 // group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
 constexpr size_t kPrefetchBytes = 2048;
-constexpr int kMaxTileRows = 8;
+// Rows per tile: 8, and 16 for Q8_0. A Q8_0 block is 544 bytes, so an 8-row tile streaming from DRAM at the
+// integer peak would want twice the read bandwidth of the CPUs measured; 16 rows (16 accumulators, 8 weight
+// quads) still fit the 32 zmm registers. Q4_0's 288-byte blocks gain nothing from 16 (bench_linear).
+template <QuantType kT>
+constexpr int kMaxTileRows = kT == QuantType::Q8_0 ? 16 : 8;
 
 TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
   int32_t v;
@@ -40,7 +44,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
                       int ldy, int valid_lanes, bool prefetch) {
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
   __m512 acc[R];
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
@@ -74,7 +78,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
         w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       }
     }
-    #pragma GCC unroll 8
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
       // Two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; integer, so exact.
@@ -100,8 +104,18 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
     }
   }
   const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+}
+
+// tile<kT, rows> for 1 <= rows <= R.
+template <QuantType kT, int R = kMaxTileRows<kT>>
+TS_Q_TARGET void tile_rows(int rows, const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb,
+                           float* y, int ldy, int valid_lanes, bool prefetch) {
+  if constexpr (R > 1) {
+    if (rows < R) return tile_rows<kT, R - 1>(rows, a, row0, in_features, group, nb, y, ldy, valid_lanes, prefetch);
+  }
+  tile<kT, R>(a, row0, in_features, group, nb, y, ldy, valid_lanes, prefetch);
 }
 
 template <QuantType kT>
@@ -113,18 +127,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const uint8_t* group = packed + size_t(g) * nb * gb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows<kT>) {
       float* yt = yg + size_t(row0) * out_features;
-      switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 4: tile<kT, 4>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 5: tile<kT, 5>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 6: tile<kT, 6>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 7: tile<kT, 7>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, 8>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-      }
+      tile_rows<kT>(std::min(kMaxTileRows<kT>, a.rows - row0), a, row0, in_features, group, nb, yt, out_features, valid,
+                    row0 == 0);
     }
   }
 }

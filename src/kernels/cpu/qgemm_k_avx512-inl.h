@@ -25,7 +25,11 @@ TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
   for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
 }
 
-constexpr int kMaxTileRows = 8;
+// Rows per tile: 8, and 16 for Q6_K, whose 3360-byte group super-blocks stream from DRAM faster than 8 rows
+// consume them at the integer peak (as Q8_0's, qgemm_avx512-inl.h); 16 accumulators and 8 weight quads fit the
+// 32 zmm registers. Q4_K gained nothing from 16 (bench_linear).
+template <QuantType kT>
+constexpr int kMaxTileRows = kT == QuantType::Q6_K ? 16 : 8;
 
 TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
   int32_t v;
@@ -71,7 +75,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
                           int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
   __m512 acc[R];
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
@@ -95,7 +99,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
         w[i] = _mm512_and_si512(v, low4);
         w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       }
-      #pragma GCC unroll 8
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
         __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
@@ -115,7 +119,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
     }
   }
   const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
 }
 
@@ -124,7 +128,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
                           int ldy, int valid_lanes, bool prefetch) {
   const int nb = ns * kQBlocksPerSuper;
   __m512 acc[R];
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
@@ -151,7 +155,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
         w[2 * p + 1] = low_nibble_or(low1, bits_4_5(high));
         w[2 * p + 5] = low_nibble_or(_mm512_srli_epi16(low1, 4), bits_4_5(_mm512_srli_epi16(high, 2)));
       }
-      #pragma GCC unroll 8
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
         const int32_t* sum16 = sum16_0 + (size_t(r) * nb + b) * 2;
@@ -168,7 +172,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
     }
   }
   const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 8
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
 }
 
@@ -182,6 +186,16 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   }
 }
 
+// tile<kT, rows> for 1 <= rows <= R.
+template <QuantType kT, int R = kMaxTileRows<kT>>
+TS_Q_TARGET void tile_rows(int rows, const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns,
+                           float* y, int ldy, int valid_lanes, bool prefetch) {
+  if constexpr (R > 1) {
+    if (rows < R) return tile_rows<kT, R - 1>(rows, a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+  }
+  tile<kT, R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+}
+
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
                         int group_begin, int group_end) {
@@ -191,18 +205,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const uint8_t* group = packed + size_t(g) * ns * gsb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows<kT>) {
       float* yt = yg + size_t(row0) * out_features;
-      switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 3: tile<kT, 3>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 4: tile<kT, 4>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 5: tile<kT, 5>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 6: tile<kT, 6>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 7: tile<kT, 7>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, 8>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-      }
+      tile_rows<kT>(std::min(kMaxTileRows<kT>, a.rows - row0), a, row0, in_features, group, ns, yt, out_features, valid,
+                    row0 == 0);
     }
   }
 }
