@@ -45,25 +45,12 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
       const uint8_t* quants = blk + 32 + 32 * h;  // quad j of this half at quants + 64 j
       const int8_t* xq = xq0 + b * kQBlock;        // row r's block at xq + r * in_features
-      __m256i s[R];  // per row: the block's integer sums (int16 pair sums for Q4_0 without VNNI until widened)
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+      __m256i s[R];  // per row: the block's integer sums
       if constexpr (kT == QuantType::Q4_0) {
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {  // the low nibbles hold quad j, the high ones quad j + 4
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));
-          const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const int8_t* x = xq + size_t(r) * in_features;
-            s[r] = add_small_quad(s[r], lo, broadcast_quad(x + 4 * j));
-            s[r] = add_small_quad(s[r], hi, broadcast_quad(x + 16 + 4 * j));
-          }
-        }
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) s[r] = widen_small_sums(s[r]);
+        dot_nibble_block<R>(quants, xq, in_features, s);
       } else {
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
         #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
           __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * j));  // w + 128

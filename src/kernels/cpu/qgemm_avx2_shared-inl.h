@@ -50,6 +50,29 @@ TS_Q_TARGET inline __m256i widen_small_sums(__m256i s) {
 #endif
 }
 
+// The int32 products of one 32-value block of 4-bit weights (8 lanes; quad i in the low nibbles and quad i + 4 in
+// the high nibbles of the 32 bytes at quants + 64 i, as Q4_0 and Q4_K pack them) with R rows' activations (row r's
+// block at xq + r * ldx): sums[r], one quad's weights in registers at a time.
+template <int R>
+TS_Q_TARGET inline void dot_nibble_block(const uint8_t* quants, const int8_t* xq, size_t ldx, __m256i (&sums)[R]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
+  #pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i));
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int8_t* x = xq + r * ldx;
+      sums[r] = add_small_quad(sums[r], lo, broadcast_quad(x + 4 * i));
+      sums[r] = add_small_quad(sums[r], hi, broadcast_quad(x + 16 + 4 * i));
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) sums[r] = widen_small_sums(sums[r]);  // 8 quads of <= 15: inside int16
+}
+
 // y[r, 8h .. 8h + 7] = acc[r] for R rows of ldy floats, of which the group's first valid_lanes are real.
 template <int R>
 TS_Q_TARGET inline void store_half(const __m256 (&acc)[R], float* y, int ldy, int valid_lanes, int h) {

@@ -77,7 +77,6 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
     alignas(32) uint8_t sc[128], mn[128];
@@ -90,25 +89,13 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
         const uint8_t* quants = sb + 256 + 256 * j + 32 * h;  // quads i (low nibbles) and i + 4 (high) at + 64 i
         __m256i sums[R];
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
-        #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * i));
-          const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-          #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const int8_t* x = xq + size_t(r) * in_features;
-            sums[r] = add_small_quad(sums[r], lo, broadcast_quad(x + 4 * i));
-            sums[r] = add_small_quad(sums[r], hi, broadcast_quad(x + 16 + 4 * i));
-          }
-        }
+        dot_nibble_block<R>(quants, xq, in_features, sums);
         const __m256 ds = _mm256_mul_ps(load_f16x8(sb + 16 * h), widen_u8(sc + 16 * j + 8 * h));       // exact
         const __m256 dm = _mm256_mul_ps(load_f16x8(sb + 32 + 16 * h), widen_u8(mn + 16 * j + 8 * h));  // exact
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256 dx = _mm256_set1_ps(dx0[size_t(r) * nb + b]);
-          acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(widen_small_sums(sums[r])), acc[h][r]);
+          acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(ds, dx), _mm256_cvtepi32_ps(sums[r]), acc[h][r]);
           acc[h][r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum0[size_t(r) * nb + b]), acc[h][r]);  // fma(-dm, dsum, acc)
         }
       }
