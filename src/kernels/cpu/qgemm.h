@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/quant.h"
@@ -43,6 +44,16 @@ inline size_t qgemm_packed_bytes(QuantType t, int out_features, int in_features)
 // Whether the integer GEMM takes this format: all four (in_features a multiple of block_values(t)).
 inline bool qgemm_supports(QuantType t) {
   return t == QuantType::Q8_0 || t == QuantType::Q4_0 || t == QuantType::Q4_K || t == QuantType::Q6_K;
+}
+
+// f(std::integral_constant<int, R>{}) with R = rows, 1 <= rows <= kMax: how the variants' group loops give a tile
+// its row count as a constant.
+template <int kMax, class F>
+inline void with_tile_rows(int rows, F&& f) {
+  if constexpr (kMax > 1) {
+    if (rows < kMax) return with_tile_rows<kMax - 1>(rows, f);
+  }
+  f(std::integral_constant<int, kMax>{});
 }
 
 // blocks: [out_features rows][in / 32 blocks] of GGUF blocks of type t -> packed: qgemm_packed_bytes.

@@ -40,11 +40,11 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       #pragma GCC unroll 8
       for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
     }
+    const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
     #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
       const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
       const uint8_t* quants = blk + 32 + 32 * h;  // quad j of this half at quants + 64 j
-      const int8_t* xq = xq0 + b * kQBlock;        // row r's block at xq + r * in_features
       __m256i s[R];  // per row: the block's integer sums
       if constexpr (kT == QuantType::Q4_0) {
         dot_nibble_block<R>(quants, xq, in_features, s);
@@ -91,12 +91,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
-      float* yt = yg + size_t(row0) * out_features;
-      switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, kMaxTileRows>(a, row0, in_features, group, nb, yt, out_features, valid, row0 == 0); break;
-      }
+      with_tile_rows<kMaxTileRows>(std::min(kMaxTileRows, a.rows - row0), [&](auto rows) {
+        tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
+                                        out_features, valid, row0 == 0);
+      });
     }
   }
 }

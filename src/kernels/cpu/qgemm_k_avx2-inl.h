@@ -127,6 +127,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
         const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
+        const __m256 d = load_f16x8(sb + 16 * h);
         __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
         #pragma GCC unroll 2
         for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
@@ -151,8 +152,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
             }
           }
           // d * sc of this 16-value half, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
-          const __m256 dsc = _mm256_mul_ps(load_f16x8(sb + 16 * h),
-                                           _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 * half + 8 * h)));
+          const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(widen_i8(sb + 32 + 32 * i + 16 * half + 8 * h)));
           #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             t[r] = half ? _mm256_mul_ps(dsc, _mm256_cvtepi32_ps(sums[r]))
@@ -189,12 +189,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
-      float* yt = yg + size_t(row0) * out_features;
-      switch (std::min(kMaxTileRows, a.rows - row0)) {
-        case 1: tile<kT, 1>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        case 2: tile<kT, 2>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-        default: tile<kT, kMaxTileRows>(a, row0, in_features, group, ns, yt, out_features, valid, row0 == 0); break;
-      }
+      with_tile_rows<kMaxTileRows>(std::min(kMaxTileRows, a.rows - row0), [&](auto rows) {
+        tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
+                                        out_features, valid, row0 == 0);
+      });
     }
   }
 }

@@ -186,16 +186,6 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   }
 }
 
-// tile<kT, rows> for 1 <= rows <= R.
-template <QuantType kT, int R = kMaxTileRows<kT>>
-TS_Q_TARGET void tile_rows(int rows, const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns,
-                           float* y, int ldy, int valid_lanes, bool prefetch) {
-  if constexpr (R > 1) {
-    if (rows < R) return tile_rows<kT, R - 1>(rows, a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
-  }
-  tile<kT, R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
-}
-
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
                         int group_begin, int group_end) {
@@ -206,9 +196,10 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows<kT>) {
-      float* yt = yg + size_t(row0) * out_features;
-      tile_rows<kT>(std::min(kMaxTileRows<kT>, a.rows - row0), a, row0, in_features, group, ns, yt, out_features, valid,
-                    row0 == 0);
+      with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, a.rows - row0), [&](auto rows) {
+        tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
+                                        out_features, valid, row0 == 0);
+      });
     }
   }
 }
