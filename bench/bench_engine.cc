@@ -170,7 +170,7 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--threads", threads);
   std::string kv_dtype = "auto";
   cli::add_kv_dtype_option(app, &kv_dtype);
-  std::string quantize = "native", drafter_quantize = "native";
+  std::string quantize = "native", drafter_quantize = "auto";
   cli::add_quantize_option(app, &quantize);
   cli::add_drafter_quantize_option(app, &drafter_quantize);
   app.add_option("--json", json_out);

@@ -70,7 +70,7 @@ int bench_spec(int argc, char** argv) {
   app.add_option("--limit", limit, "use only the first N prompts");
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
-  std::string quantize = "native", drafter_quantize = "native";
+  std::string quantize = "native", drafter_quantize = "auto";
   cli::add_quantize_option(app, &quantize);
   cli::add_drafter_quantize_option(app, &drafter_quantize);
   app.add_option("--json", json_out);

@@ -9,6 +9,11 @@
 
 namespace ts {
 
+std::string resolve_drafter_weights(const std::string& choice, const TargetModel& target) {
+  if (choice != "auto") return choice;
+  return target.quantized_weights() ? "q8_0" : "native";
+}
+
 ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir,
                               const std::string& weights, const std::string& drafter_weights) {
   ModelBundle b;
@@ -19,7 +24,8 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   b.target = TargetModel::load(model_dir, lo);
   b.generation_config = load_generation_config(model_dir);
   if (!drafter_dir.empty()) {
-    b.drafter = Drafter::load(drafter_dir, b.target->config(), parse_weight_scheme(drafter_weights));
+    b.drafter = Drafter::load(drafter_dir, b.target->config(),
+                              parse_weight_scheme(resolve_drafter_weights(drafter_weights, *b.target)));
     b.calibration = spec_decode::read_calibration_table(drafter_dir + "/" + spec_decode::kCalibrationFileName);
   }
   if (model_dir.size() > 5 && model_dir.compare(model_dir.size() - 5, 5, ".gguf") == 0) {

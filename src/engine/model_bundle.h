@@ -19,6 +19,12 @@ namespace ts {
 // weights), "f32" and "bf16" the dtype. Throws ts::Error naming the choices for anything else.
 std::optional<DType> parse_kv_dtype(const std::string& choice);
 
+// A --drafter-quantize choice for a target: "auto" gives "q8_0" when the target's projections are quantized and
+// "native" otherwise; any other choice is returned as given. The drafter's block forward is compute-bound (all block
+// positions at once), so integer products make it cheaper; beside a quantized target, whose own step is short, that
+// is worth more than the few drafts the coarser drafter loses (docs/architecture.md, "Drafter format").
+std::string resolve_drafter_weights(const std::string& choice, const TargetModel& target);
+
 struct ModelBundle {
   std::string model_dir, drafter_dir;
   std::unique_ptr<TargetModel> target;
@@ -30,9 +36,9 @@ struct ModelBundle {
   GenerationConfig generation_config;               // present = false without a generation_config.json
 
   // weights: the target's weight format (model/weight_plan.h; "native", "q8_0", "q4_0", "q4_k_m");
-  // drafter_weights: the drafter's (`--drafter-quantize`), "native" by default.
+  // drafter_weights: the drafter's (`--drafter-quantize`); "auto" (resolve_drafter_weights) by default.
   static ModelBundle load(const std::string& model_dir, const std::string& drafter_dir,
-                          const std::string& weights = "native", const std::string& drafter_weights = "native");
+                          const std::string& weights = "native", const std::string& drafter_weights = "auto");
 
   // KV cache element type of the target and drafter (parse_kv_dtype). Call before making caches.
   void set_kv_dtype(const std::string& choice);

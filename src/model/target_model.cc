@@ -92,6 +92,13 @@ std::string TargetModel::weight_format() const {
   return cat(weight_scheme_name(weight_scheme_), " (projections ", projections, ", lm_head ", lm_head_.format_name(), ")");
 }
 
+bool TargetModel::quantized_weights() const {
+  for (const auto& l : layers_)
+    for (const kernels::Linear* m : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      if (m->quantized()) return true;
+  return lm_head_.quantized();
+}
+
 void TargetModel::embed(const int32_t* tokens, int n, float* x) const {
   kernels::embed_rows(embed_table_.data, embed_table_.dtype, config_.vocab_size, config_.hidden_size, tokens, n, x);
 }

@@ -62,6 +62,8 @@ class TargetModel {
   WeightScheme weight_scheme() const { return weight_scheme_; }
   // "bf16", "f32", or the scheme and what it gave, e.g. "q4_0 (projections Q4_0, lm_head Q8_0)".
   std::string weight_format() const;
+  // Whether any projection is quantized (by --quantize or as stored in a GGUF file).
+  bool quantized_weights() const;
 
  private:
   TargetModel() = default;

@@ -116,7 +116,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for the model (0 = $OMP_NUM_THREADS, else every CPU the process may use)");
   std::string kv_dtype = "auto";
   add_kv_dtype_option(app, &kv_dtype);
-  std::string quantize = "native", drafter_quantize = "native";
+  std::string quantize = "native", drafter_quantize = "auto";
   add_quantize_option(app, &quantize);
   add_drafter_quantize_option(app, &drafter_quantize);
   app.add_flag("--log-requests", http.access_log, "one line per response on stderr");

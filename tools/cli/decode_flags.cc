@@ -172,9 +172,10 @@ void add_quantize_option(CLI::App& app, std::string* choice) {
 
 void add_drafter_quantize_option(CLI::App& app, std::string* choice) {
   app.add_option("--drafter-quantize", *choice,
-                 "drafter weight format: native (default), q8_0, q4_0 or q4_k_m, quantized at load like --quantize; "
-                 "any format keeps speculation lossless, a coarser one only changes how many drafts are accepted")
-      ->check(weight_scheme_check);
+                 "drafter weight format: auto (default: q8_0 beside a quantized target, else native), native, q8_0, "
+                 "q4_0 or q4_k_m, quantized at load like --quantize; any format keeps speculation lossless, a coarser "
+                 "one only changes how many drafts are accepted")
+      ->check([](const std::string& v) { return v == "auto" ? std::string() : weight_scheme_check(v); });
 }
 
 }  // namespace ts::cli

@@ -30,7 +30,7 @@ struct DecodeFlags {
   int threads = 0;
   std::string kv_dtype = "auto";     // auto | f32 | bf16 (ModelBundle::set_kv_dtype)
   std::string quantize = "native";   // native | q8_0 | q4_0 | q4_k_m (model/weight_plan.h)
-  std::string drafter_quantize = "native";  // the drafter's format (add_spec's --drafter-quantize)
+  std::string drafter_quantize = "auto";  // the drafter's format (add_spec's --drafter-quantize)
 
   void add_sampling(CLI::App& app);
   void add_spec(CLI::App& app);
@@ -69,7 +69,8 @@ std::vector<int32_t> parse_ids(const std::string& text);
 void add_kv_dtype_option(CLI::App& app, std::string* choice);  // "1,2,3" or "1 2 3"
 // --quantize native|q8_0|q4_0|q4_k_m: the target's weight format, quantized at load (model/weight_plan.h).
 void add_quantize_option(CLI::App& app, std::string* choice);
-// --drafter-quantize native|q8_0|q4_0|q4_k_m: the drafter's weight format (model/drafter.h).
+// --drafter-quantize auto|native|q8_0|q4_0|q4_k_m: the drafter's weight format (model/drafter.h;
+// resolve_drafter_weights in engine/model_bundle.h says what auto gives).
 void add_drafter_quantize_option(CLI::App& app, std::string* choice);
 
 }  // namespace ts::cli

@@ -1,0 +1,40 @@
+// --drafter-quantize auto: the drafter is quantized to Q8_0 beside a quantized target and stays native beside a
+// native one; an explicit choice is kept as given either way.
+#include <gtest/gtest.h>
+
+#include "engine/model_bundle.h"
+#include "engine/tiny_pair.h"
+#include "model/model_test_util.h"
+#include "model/random_checkpoint.h"
+
+namespace ts {
+namespace {
+
+TEST(ModelBundleDrafterFormat, AutoFollowsTheTarget) {
+  const std::string dir = testing::temp_dir("bundle_drafter_format");
+  const int vocab = 20, hidden = 64, layers = 2;
+  ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  write_random_model(dir + "/target", c, DType::BF16, 5);
+  write_random_drafter(dir + "/drafter", testing::tiny_drafter_config(vocab, hidden, layers, /*block=*/4), DType::BF16,
+                       6);
+  struct Case {
+    const char* target;
+    const char* drafter_choice;
+    const char* want_drafter;
+    bool target_quantized;
+  };
+  for (const Case& k : {Case{"native", "auto", "native", false}, Case{"q4_k_m", "auto", "q8_0", true},
+                        Case{"q4_0", "auto", "q8_0", true}, Case{"q8_0", "auto", "q8_0", true},
+                        Case{"q4_0", "native", "native", true}, Case{"native", "q4_0", "q4_0", false}}) {
+    SCOPED_TRACE(std::string(k.target) + " target, drafter " + k.drafter_choice);
+    const ModelBundle b = ModelBundle::load(dir + "/target", dir + "/drafter", k.target, k.drafter_choice);
+    EXPECT_EQ(b.target->quantized_weights(), k.target_quantized);
+    EXPECT_EQ(b.drafter->weight_format(), k.want_drafter);
+    EXPECT_EQ(resolve_drafter_weights(k.drafter_choice, *b.target), k.want_drafter);
+  }
+}
+
+}  // namespace
+}  // namespace ts
