@@ -157,6 +157,11 @@ QgemmKernel qgemm_active_kernel() { return active_kernels().qgemm->kernel; }
 void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts) {
   TS_CHECK(in_features % kQBlock == 0, "quantize_rows: in_features ", in_features, " is not a multiple of 32");
   qgemm_table(k).quantize_rows(x, rows, in_features, acts);
+  for (size_t i = 0; i < acts->sum.size(); ++i) {
+    acts->sum_neg8[i] = -8 * acts->sum[i];
+    acts->sum_neg128[i] = -128 * acts->sum[i];
+  }
+  for (size_t i = 0; i < acts->sum16.size(); ++i) acts->sum16_neg32[i] = -32 * acts->sum16[i];
 }
 
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,

@@ -67,6 +67,11 @@ struct QuantizedRows {
   std::vector<int32_t> sum;    // [rows, blocks]
   std::vector<int32_t> sum16;  // [rows, blocks * 2]: the sums of values 0..15 and 16..31 of each block
   std::vector<float> dsum;     // [rows, blocks]: d * float(sum), rounded once (Q4_K's min term)
+  // The weight offsets' corrections, ready to start a block's integer sum (quantize_rows fills them from sum and
+  // sum16 for every variant): a tile broadcasts one from memory instead of scaling and subtracting per row.
+  std::vector<int32_t> sum_neg8;     // [rows, blocks]: -8 * sum (Q4_0's nibble offset)
+  std::vector<int32_t> sum_neg128;   // [rows, blocks]: -128 * sum (Q8_0's offset with vpdpbusd)
+  std::vector<int32_t> sum16_neg32;  // [rows, blocks * 2]: -32 * sum16 (Q6_K's level offset)
   // Sizes every field for `rows` rows of `in_features` values (a multiple of 32); what each quantizer fills.
   void shape(int rows_, int in_features) {
     rows = rows_;
@@ -77,6 +82,9 @@ struct QuantizedRows {
     sum.resize(n);
     sum16.resize(n * 2);
     dsum.resize(n);
+    sum_neg8.resize(n);
+    sum_neg128.resize(n);
+    sum16_neg32.resize(n * 2);
   }
 };
 

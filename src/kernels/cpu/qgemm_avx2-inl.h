@@ -33,7 +33,9 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
-  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  // The weight offset's correction per row and block (qgemm.h): -8 sum for Q4_0, -128 sum for Q8_0 on VNNI.
+  constexpr bool kOffset = kT == QuantType::Q4_0 || TS_Q_VNNI;
+  const int32_t* offset0 = (kT == QuantType::Q4_0 ? a.sum_neg8.data() : a.sum_neg128.data()) + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
     const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
     if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
@@ -70,8 +72,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       }
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        constexpr int kOffset = kT == QuantType::Q8_0 ? (TS_Q_VNNI ? 128 : 0) : 8;
-        if constexpr (kOffset != 0) s[r] = _mm256_sub_epi32(s[r], _mm256_set1_epi32(kOffset * sum0[size_t(r) * nb + b]));
+        if constexpr (kOffset) s[r] = _mm256_add_epi32(s[r], _mm256_set1_epi32(offset0[size_t(r) * nb + b]));
         const __m256 scale = _mm256_mul_ps(wscale, _mm256_set1_ps(dx0[size_t(r) * nb + b]));
         acc[h][r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s[r]), acc[h][r]);
       }

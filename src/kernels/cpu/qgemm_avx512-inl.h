@@ -38,6 +38,17 @@ TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
 #endif
 }
 
+// dot_quads(s, u, broadcast_quad(p)). With VNNI the quad is the instruction's broadcast memory operand: GCC keeps
+// set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a vector slot per product.
+TS_Q_TARGET inline __m512i dot_quad_at(__m512i s, __m512i u, const int8_t* p) {
+#if TS_Q_VNNI
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return s;
+#else
+  return dot_quads(s, u, broadcast_quad(p));
+#endif
+}
+
 // One group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h, Determinism).
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
@@ -48,7 +59,10 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
-  const int32_t* sum0 = a.sum.data() + size_t(row0) * nb;
+  // The weight offset's correction starts each block's integer sum (all but the emulated Q8_0 path use offset
+  // weights: sum_k w*x = sum_k (w + o)*x - o * sum_k x).
+  constexpr bool kOffset = kT == QuantType::Q4_0 || TS_Q_VNNI;
+  const int32_t* offset0 = (kT == QuantType::Q4_0 ? a.sum_neg8.data() : a.sum_neg128.data()) + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
     const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
     if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
@@ -63,6 +77,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
         w[j] = _mm512_loadu_si512(blk + 32 + 64 * j);  // w + 128
+        asm("" : "+v"(w[j]));  // a register for all the tile's rows: GCC would reload it per row beside dot_quad_at
 #if !TS_Q_VNNI
         const __m512i signed_w = _mm512_xor_si512(w[j], _mm512_set1_epi8(char(0x80)));
         negative[j] = _mm512_movepi8_mask(signed_w);
@@ -81,26 +96,27 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
-      // Two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; integer, so exact.
-      __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
+      // Below 4 rows, two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; from 4
+      // rows on, the rows' chains overlap and one sum per row saves the add. Integer, so exact either way.
+      constexpr int kChains = R < 4 ? 2 : 1;
+      __m512i s[kChains];
+      s[0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
+      if constexpr (kChains == 2) s[1] = _mm512_setzero_si512();
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        __m512i x = broadcast_quad(xq + 4 * j);
 #if !TS_Q_VNNI
-        if constexpr (kT == QuantType::Q8_0) x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
-#endif
-        if (j % 2 == 0) {
-          s_even = dot_quads(s_even, w[j], x);
-        } else {
-          s_odd = dot_quads(s_odd, w[j], x);
+        if constexpr (kT == QuantType::Q8_0) {
+          __m512i x = broadcast_quad(xq + 4 * j);
+          x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
+          s[j % kChains] = dot_quads(s[j % kChains], w[j], x);
+          continue;
         }
+#endif
+        s[j % kChains] = dot_quad_at(s[j % kChains], w[j], xq + 4 * j);
       }
-      __m512i s = _mm512_add_epi32(s_even, s_odd);
-      // Remove the weight offset where the product used offset weights (all but the emulated Q8_0 path).
-      constexpr int kOffset = kT == QuantType::Q8_0 ? (TS_Q_VNNI ? 128 : 0) : 8;
-      if constexpr (kOffset != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * sum0[size_t(r) * nb + b]));
+      if constexpr (kChains == 2) s[0] = _mm512_add_epi32(s[0], s[1]);
       const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(dx0[size_t(r) * nb + b]));
-      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), acc[r]);
+      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s[0]), acc[r]);
     }
   }
   const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);

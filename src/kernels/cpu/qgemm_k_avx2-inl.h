@@ -117,7 +117,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
-  const int32_t* sum16_0 = a.sum16.data() + size_t(row0) * nb * 2;
+  const int32_t* offset16_0 = a.sum16_neg32.data() + size_t(row0) * nb * 2;  // -32 * sum16 (qgemm.h)
   for (int s = 0; s < ns; ++s) {
     const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
@@ -133,7 +133,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
         for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
           __m256i sums[R];  // the level offset (q - 32) enters as the start value: exact integers
           #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) sums[r] = _mm256_set1_epi32(-32 * sum16_0[(size_t(r) * nb + b) * 2 + half]);
+          for (int r = 0; r < R; ++r) sums[r] = _mm256_set1_epi32(offset16_0[(size_t(r) * nb + b) * 2 + half]);
           #pragma GCC unroll 2
           for (int p = 0; p < 2; ++p) {  // quads 4 half + 2p and 4 half + 2p + 1
             const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 64 * p));
