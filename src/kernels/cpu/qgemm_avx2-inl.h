@@ -51,6 +51,8 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       if constexpr (kT == QuantType::Q4_0) {
         dot_nibble_block<R>(quants, xq, in_features, s);
       } else {
+        const int8_t* xh = xq;
+        if constexpr (R > 1) opaque_pointer(xh);
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
         #pragma GCC unroll 8
@@ -62,7 +64,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
 #endif
           #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            __m256i x = broadcast_quad(xq + size_t(r) * in_features + 4 * j);
+            __m256i x = broadcast_quad(xh + size_t(r) * in_features + 4 * j);
 #if !TS_Q_VNNI
             x = _mm256_sign_epi8(x, sign);
 #endif

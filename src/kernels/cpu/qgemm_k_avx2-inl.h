@@ -128,6 +128,8 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
         const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
         const __m256 d = load_f16x8(sb + 16 * h);
+        const int8_t* xh = xq;
+        if constexpr (R > 1) opaque_pointer(xh);
         __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
         #pragma GCC unroll 2
         for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
@@ -145,7 +147,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
                                     : low_nibble_or_bits_4_5(low1, high);
             #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
-              const int8_t* x = xq + size_t(r) * in_features + 16 * half + 8 * p;
+              const int8_t* x = xh + size_t(r) * in_features + 16 * half + 8 * p;
               const __m256i pairs = add_small_quad(add_small_quad(_mm256_setzero_si256(), w0, broadcast_quad(x)),
                                                    w1, broadcast_quad(x + 4));
               sums[r] = _mm256_add_epi32(sums[r], widen_small_sums(pairs));
