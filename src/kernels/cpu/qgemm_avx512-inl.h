@@ -38,15 +38,19 @@ TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
 #endif
 }
 
-// dot_quads(s, u, broadcast_quad(p)). With VNNI the quad is the instruction's broadcast memory operand: GCC keeps
-// set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a vector slot per product.
+// dot_quads(s, u, broadcast_quad(p)). In tiles of 4+ rows, with VNNI, the quad is the instruction's broadcast
+// memory operand: GCC keeps set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a slot per
+// product. Below 4 rows the tile waits on the weight stream more than it computes, and there the fused form was
+// slower from DRAM (Q6_K at 2-3 rows: 1.2x -> 1.4x of one row), so those keep the separate broadcast.
+template <int R>
 TS_Q_TARGET inline __m512i dot_quad_at(__m512i s, __m512i u, const int8_t* p) {
 #if TS_Q_VNNI
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
-  return s;
-#else
-  return dot_quads(s, u, broadcast_quad(p));
+  if constexpr (R >= 4) {
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
+    return s;
+  }
 #endif
+  return dot_quads(s, u, broadcast_quad(p));
 }
 
 // One group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h, Determinism).
@@ -112,7 +116,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
           continue;
         }
 #endif
-        s[j % kChains] = dot_quad_at(s[j % kChains], w[j], xq + 4 * j);
+        s[j % kChains] = dot_quad_at<R>(s[j % kChains], w[j], xq + 4 * j);
       }
       if constexpr (kChains == 2) s[0] = _mm512_add_epi32(s[0], s[1]);
       const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(dx0[size_t(r) * nb + b]));
