@@ -58,7 +58,8 @@ std::vector<float> run(QgemmKernel k, QuantType t, const Packed& p, const std::v
 struct Shape { int out, in; };
 // Last groups of 16, 7, 8, 3 and 12 valid outputs: avx2 computes a group as two 8-lane halves, each stored apart.
 const Shape kShapes[] = {{16, 256}, {7, 512}, {40, 1536}, {131, 256}, {28, 768}, {200, 512}};
-const int kRows[] = {1, 3, 8, 12, 17, 64};  // 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K)
+// 6 = 4 + 2 rows (avx2's tiles); 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K).
+const int kRows[] = {1, 3, 6, 8, 12, 17, 64};
 const QuantType kTypes[] = {QuantType::Q4_K, QuantType::Q6_K};
 
 class QgemmK : public ::testing::TestWithParam<QgemmKernel> {};
