@@ -1,7 +1,7 @@
 // Internal: the avx512 K-quant GEMM (qgemm_k.h), included twice by qgemm_k_avx512.cc: with TS_Q_VNNI = 1
 // (vpdpbusd, AVX512-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; the weights are unsigned and at
-// most 63, so the pair sums never saturate). One zmm lane per output of the 16-row group; a tile of up to 8 rows
-// widens each super-block's scales and each block's weights once and reuses them for all its rows.
+// most 63, so the pair sums never saturate). One zmm lane per output of the 16-row group; a tile of up to 8 rows (16
+// for Q6_K) widens each super-block's scales and each block's weights once and reuses them for all its rows.
 // Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
 #include <immintrin.h>
 
@@ -31,36 +31,7 @@ TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
 template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q6_K ? 16 : 8;
 
-TS_Q_TARGET inline __m512i broadcast_quad(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// Exact sum of 4 unsigned x signed byte products per int32 lane, added to s (u <= 63 here).
-TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
-#if TS_Q_VNNI
-  return _mm512_dpbusd_epi32(s, u, x);
-#else
-  const __m512i pairs = _mm512_maddubs_epi16(u, x);
-  return _mm512_add_epi32(s, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
-#endif
-}
-
-// As qgemm_avx512-inl.h's: dot_quads(s, u, broadcast_quad(p)). In tiles of 4+ rows, with VNNI, the quad is the instruction's broadcast
-// memory operand: GCC keeps set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a slot per
-// product. Below 4 rows the tile waits on the weight stream more than it computes, and there the fused form was
-// slower from DRAM (Q6_K at 2-3 rows: 1.2x -> 1.4x of one row), so those keep the separate broadcast.
-template <int R>
-TS_Q_TARGET inline __m512i dot_quad_at(__m512i s, __m512i u, const int8_t* p) {
-#if TS_Q_VNNI
-  if constexpr (R >= 4) {
-    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
-    return s;
-  }
-#endif
-  return dot_quads(s, u, broadcast_quad(p));
-}
+#include "kernels/cpu/qgemm_avx512_shared-inl.h"
 
 // (a & 0x0F) | b per byte, for b with a zero low nibble.
 TS_Q_TARGET inline __m512i low_nibble_or(__m512i a, __m512i b) {
