@@ -73,6 +73,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       // Below 4 rows, two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; from 4
       // rows on, the rows' chains overlap and one sum per row saves the add. Integer, so exact either way.
       constexpr int kChains = R < 4 ? 2 : 1;
+      constexpr bool kFused = R >= (kT == QuantType::Q8_0 ? 2 : 4);  // from how many rows (dot_quad_at)
       __m512i s[kChains];
       s[0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
       if constexpr (kChains == 2) s[1] = _mm512_setzero_si512();
@@ -86,7 +87,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
           continue;
         }
 #endif
-        s[j % kChains] = dot_quad_at<R>(s[j % kChains], w[j], xq + 4 * j);
+        s[j % kChains] = dot_quad_at<kFused>(s[j % kChains], w[j], xq + 4 * j);
       }
       if constexpr (kChains == 2) s[0] = _mm512_add_epi32(s[0], s[1]);
       const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(dx0[size_t(r) * nb + b]));

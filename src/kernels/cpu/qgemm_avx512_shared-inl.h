@@ -19,14 +19,16 @@ TS_Q_TARGET inline __m512i dot_quads(__m512i s, __m512i u, __m512i x) {
 #endif
 }
 
-// dot_quads(s, u, broadcast_quad(p)). In tiles of 4+ rows, with VNNI, the quad is the instruction's broadcast
-// memory operand: GCC keeps set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a slot per
-// product. Below 4 rows the tile waits on the weight stream more than it computes, and there the fused form was
-// slower from DRAM (Q6_K at 2-3 rows: 1.2x -> 1.4x of one row), so those keep the separate broadcast.
-template <int R>
+// dot_quads(s, u, broadcast_quad(p)); with VNNI and kFused, the quad is the instruction's broadcast memory operand
+// (inline asm: GCC keeps set1 + vpdpbusd as two instructions, and the separate vpbroadcastd costs a slot per
+// product). Tiles of 4+ rows always fuse. Below that a tile waits on the weight stream more than it computes, and
+// the fused form was slower from DRAM for Q4_0 and Q6_K at 2-3 rows (Q6_K M = 2: 1.23x -> 1.37x of one row) but
+// faster for Q8_0 and Q4_K (Q8_0 M = 3: 1.27x -> 1.14x; Q4_K M = 3: 1.28x -> 1.25x, cache-resident 1.91x ->
+// 1.81x), so each tile says from how many rows it fuses.
+template <bool kFused>
 TS_Q_TARGET inline __m512i dot_quad_at(__m512i s, __m512i u, const int8_t* p) {
 #if TS_Q_VNNI
-  if constexpr (R >= 4) {
+  if constexpr (kFused) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
     return s;
   }

@@ -88,13 +88,14 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
       #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+        constexpr bool kFusedQ4K = R >= 2;  // from how many rows (dot_quad_at)
         // Two partial sums (even and odd quads) halve the chain of vpdpbusd latencies. One per row from 4 rows on,
         // as Q4_0 has, measured slightly slower here (the tile is not short of vector slots for the add).
         __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int q = 0; q < 8; q += 2) {
-          s_even = dot_quad_at<R>(s_even, w[q], xq + 4 * q);
-          s_odd = dot_quad_at<R>(s_odd, w[q + 1], xq + 4 * q + 4);
+          s_even = dot_quad_at<kFusedQ4K>(s_even, w[q], xq + 4 * q);
+          s_odd = dot_quad_at<kFusedQ4K>(s_odd, w[q + 1], xq + 4 * q + 4);
         }
         const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s_even, s_odd));
         const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
@@ -144,12 +145,13 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
         const int32_t* offset16 = offset16_0 + (size_t(r) * nb + b) * 2;
+        constexpr bool kFusedQ6K = R >= 4;  // from how many rows (dot_quad_at)
         // The level offset (q - 32) enters as the start value: exact integers.
         __m512i lo = _mm512_set1_epi32(offset16[0]), hi = _mm512_set1_epi32(offset16[1]);
         #pragma GCC unroll 8
         for (int q = 0; q < 4; ++q) {
-          lo = dot_quad_at<R>(lo, w[q], xq + 4 * q);
-          hi = dot_quad_at<R>(hi, w[q + 4], xq + 16 + 4 * q);
+          lo = dot_quad_at<kFusedQ6K>(lo, w[q], xq + 4 * q);
+          hi = dot_quad_at<kFusedQ6K>(hi, w[q + 4], xq + 16 + 4 * q);
         }
         const __m512 t = _mm512_fmadd_ps(dsc_lo, _mm512_cvtepi32_ps(lo), _mm512_mul_ps(dsc_hi, _mm512_cvtepi32_ps(hi)));
         acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dx0[size_t(r) * nb + b]), acc[r]);
