@@ -18,7 +18,7 @@ namespace {
 constexpr size_t kPrefetchBytes = 2048;
 // Rows per tile: 4. Both 8-lane halves' accumulators (8), the rows' integer sums (4) and one quad's weights just
 // fit the 16 ymm registers; a half's accumulators are spilled around the other half where they do not. 4 rows
-// beat 3 once each half broadcasts its own activation quads (opaque_pointer, qgemm_avx2_shared-inl.h): M = 8
+// beat 3 once each half broadcasts its own activation quads (activations_for_half, qgemm_avx2_shared-inl.h): M = 8
 // 5-11% faster from DRAM and cache-resident, M = 4 one tile instead of 3 + 1 (docs/benchmarks.md).
 constexpr int kMaxTileRows = 4;
 
@@ -53,8 +53,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       if constexpr (kT == QuantType::Q4_0) {
         dot_nibble_block<R>(quants, xq, in_features, s);
       } else {
-        const int8_t* xh = xq;
-        if constexpr (R > 1) opaque_pointer(xh);
+        const int8_t* xh = activations_for_half<R>(xq);
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
         #pragma GCC unroll 8

@@ -7,13 +7,14 @@
 // doubles the pipe work. Where the weights are small enough, pair sums are first added in int16 (exactly: the
 // bounds below keep every partial sum inside int16) and widened once.
 
-// Hides where p points from the compiler. Tiles of 2+ rows call this once per 8-lane half on the same activation
-// pointer: GCC otherwise shares the broadcast activation quads between a block's two halves, which keeps a tile's
-// worth of them live across the half, and 16 ymm registers cannot hold them (it spilled and reloaded each). One
-// row's 8 quads fit, and sharing them was faster there.
-template <typename T>
-TS_Q_TARGET inline void opaque_pointer(const T*& p) {
-  asm volatile("" : "+r"(p));  // volatile: two identical plain asm statements may be merged
+// The activation pointer a tile of R rows reads one 8-lane half through. From 2 rows it is hidden from the
+// compiler: the tiles read a block's two halves through the same pointer, and GCC otherwise shares the broadcast
+// activation quads between the halves, which keeps a tile's worth of them live across a half, and 16 ymm registers
+// cannot hold them (it spilled and reloaded each). One row's 8 quads fit, and sharing them was faster there.
+template <int R, typename T>
+TS_Q_TARGET inline const T* activations_for_half(const T* p) {
+  if constexpr (R > 1) asm volatile("" : "+r"(p));  // volatile: two identical plain asm statements may be merged
+  return p;
 }
 
 TS_Q_TARGET inline __m256i broadcast_quad(const int8_t* p) {
@@ -64,7 +65,7 @@ TS_Q_TARGET inline __m256i widen_small_sums(__m256i s) {
 // block at xq + r * ldx): sums[r], one quad's weights in registers at a time.
 template <int R>
 TS_Q_TARGET inline void dot_nibble_block(const uint8_t* quants, const int8_t* xq, size_t ldx, __m256i (&sums)[R]) {
-  if constexpr (R > 1) opaque_pointer(xq);
+  xq = activations_for_half<R>(xq);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();

@@ -127,8 +127,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
         const uint8_t* blk = sb + 288 + 384 * i + 32 * h;
         const __m256 d = load_f16x8(sb + 16 * h);
-        const int8_t* xh = xq;
-        if constexpr (R > 1) opaque_pointer(xh);
+        const int8_t* xh = activations_for_half<R>(xq);
         __m256 t[R];  // dsc_hi * float(hi), then fma(dsc_lo, float(lo), that)
         #pragma GCC unroll 2
         for (int half = 1; half >= 0; --half) {  // k >= 16 (quads 4..7), then k < 16 (quads 0..3)
