@@ -161,12 +161,14 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 // tile pass, in the per-row path, alone or in any batch, and on every vector width. Values take kQ pairs x kVectors
 // output vectors per pass, one FMA per key in ascending order (docs/results/optimization-notes.md, "Attention
 // (avx512): 4 value vectors per pass" and "Attention (avx2): 6 pairs per tile").
-// One or two pairs (a decode row) read one tile at a time: the head's tiles are then one forward stream, which the
-// hardware prefetchers follow from DRAM; 2 or 4 tiles side by side (2 KiB apart, four short streams) made decode
-// attention over 900 cached keys 1.2-1.8x slower from DRAM on the Zen 4, though faster from cache.
+// On AVX-512 every pass reads one tile at a time: the head's tiles are then one forward stream, which the hardware
+// prefetchers follow from DRAM. Two tiles side by side (2 KiB apart, two short streams) made the 2-3 rows of a small
+// tree's verify 1.3-1.6x slower from DRAM on the Zen 4 (over 300-900 cached keys) and were no faster from cache;
+// 2 or 4 tiles did the same to a decode row (docs/results/optimization-notes.md, "Attention (avx512): one key tile
+// per score pass").
 #if TS_SIMD_WIDTH == 16
-constexpr int kScoreQueries = 8;  // 8 pairs x 1 tile, 3-7 x 2 tiles: 8-14 accumulators of 32 zmm
-constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 1 : q <= 7 ? 2 : 1; }
+constexpr int kScoreQueries = 8;  // 1-8 pairs x 1 tile: up to 8 accumulators of 32 zmm
+constexpr int score_tiles_per_pass(int) { return 1; }
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
 constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) was slower
 #else
