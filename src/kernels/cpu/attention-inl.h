@@ -161,20 +161,19 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 // tile pass, in the per-row path, alone or in any batch, and on every vector width. Values take kQ pairs x kVectors
 // output vectors per pass, one FMA per key in ascending order (docs/results/optimization-notes.md, "Attention
 // (avx512): 4 value vectors per pass" and "Attention (avx2): 6 pairs per tile").
-// On AVX-512 every pass reads one tile at a time: the head's tiles are then one forward stream, which the hardware
-// prefetchers follow from DRAM. Two tiles side by side (2 KiB apart, two short streams) made the 2-3 rows of a small
-// tree's verify 1.3-1.6x slower from DRAM on the Zen 4 (over 300-900 cached keys) and were no faster from cache;
-// 2 or 4 tiles did the same to a decode row (docs/results/optimization-notes.md, "Attention (avx512): one key tile
-// per score pass").
+// Every pass reads one tile at a time: the head's tiles are then one forward stream, which the hardware prefetchers
+// follow from DRAM. Two tiles side by side (2 KiB apart, two short streams) made the 2-3 rows of a small tree's
+// verify 1.3-1.6x slower from DRAM on the Zen 4 with AVX-512 (over 300-900 cached keys) and were no faster from
+// cache; with AVX2 a 3-query-head group's decode row was 1.2-1.4x slower even from cache (12 accumulators and 4 key
+// vectors filled the 16 ymm registers) (docs/results/optimization-notes.md, "Attention: one key tile per score pass").
+constexpr int score_tiles_per_pass(int) { return 1; }
 #if TS_SIMD_WIDTH == 16
 constexpr int kScoreQueries = 8;  // 1-8 pairs x 1 tile: up to 8 accumulators of 32 zmm
-constexpr int score_tiles_per_pass(int) { return 1; }
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
 constexpr int value_vectors_per_pass(int) { return 4; }  // 2 x 8 (a 128-dim head in one pass) was slower
 #else
-// A tile is two ymm vectors: 6 pairs x 1 tile, 3 x 2: at most 12 accumulators of 16 ymm.
+// A tile is two ymm vectors: 6 pairs x 1 tile, 12 accumulators of 16 ymm.
 constexpr int kScoreQueries = 6;
-constexpr int score_tiles_per_pass(int q) { return q <= 2 ? 1 : q <= 3 ? 2 : 1; }
 // 6 pairs per value tile, not 4: each value vector is widened once per 6 pairs, and 12 accumulators hide the FMA
 // latency where 8 did not. The same on AVX-512 (6 x 4, 8 x 3) was no faster.
 constexpr int kValueQueries = 6;  // 3-6 pairs x 2 vectors: 12 accumulators + 2 values + 1 weight
