@@ -144,7 +144,18 @@ def gguf_name(hf):
 
 
 def write_model(gguf, case, out_path, q8_projections=False):
-    folder = os.path.join(GOLDEN, case)
+    write_folder(gguf, os.path.join(GOLDEN, case), out_path,
+                 f"treespark {case}" + (" q8_0 projections" if q8_projections else ""),
+                 gguf.GGMLQuantizationType.Q8_0 if q8_projections else None)
+
+
+# llama.cpp's file type for the weight type of a whole file (--type of gguf_from_folder.py)
+FILE_TYPES = {"Q8_0": "MOSTLY_Q8_0", "Q4_0": "MOSTLY_Q4_0", "BF16": "MOSTLY_BF16"}
+
+
+def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=False):
+    """A Hugging Face folder (one model.safetensors) as llama.cpp's converter writes it: the seven projections in
+    qtype (a GGMLQuantizationType; None: F32), token_embd and output too when quantize_embeddings, the rest F32."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     arch = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}[
@@ -159,7 +170,7 @@ def write_model(gguf, case, out_path, q8_projections=False):
 
     w = gguf.GGUFWriter(out_path, arch=arch)
     w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(f"treespark {case}" + (" q8_0 projections" if q8_projections else ""))
+    w.add_name(name)
     # TextModel.set_gguf_parameters
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
@@ -188,14 +199,16 @@ def write_model(gguf, case, out_path, q8_projections=False):
     if "head_dim" in cfg:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
-    ftype = gguf.LlamaFileType.MOSTLY_Q8_0 if q8_projections else gguf.LlamaFileType.ALL_F32
+    ftype = getattr(gguf.LlamaFileType, FILE_TYPES[qtype.name]) if qtype is not None else gguf.LlamaFileType.ALL_F32
     w.add_file_type(ftype)
     if arch == "llama":  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(head_dim)
     # set_vocab: these goldens have no tokenizer; SpecialVocab still takes bos / eos from config.json.
-    w.add_bos_token_id(cfg["bos_token_id"])
-    w.add_eos_token_id(cfg["eos_token_id"])
+    if "bos_token_id" in cfg:  # make-model's folders have none
+        w.add_bos_token_id(cfg["bos_token_id"])
+    if "eos_token_id" in cfg:
+        w.add_eos_token_id(cfg["eos_token_id"])
 
     tensors = []  # (name, array, qtype); generate_extra_tensors come first, as in prepare_tensors
     if arch == "llama" and rtype == "llama3":
@@ -205,15 +218,18 @@ def write_model(gguf, case, out_path, q8_projections=False):
             a = llama_permute(a, n_head, n_head)
         if arch == "llama" and hf.endswith(("k_proj.weight", "k_proj.bias")):
             a = llama_permute(a, n_head, n_kv)
-        name = gguf_name(hf)
-        q8 = q8_projections and name.endswith(PROJECTIONS)
-        tensors.append((name, np.ascontiguousarray(a, dtype=np.float32), gguf.GGMLQuantizationType.Q8_0 if q8 else None))
-    for name, a, qtype in tensors:
-        if qtype is None:
-            w.add_tensor(name, a, raw_dtype=gguf.GGMLQuantizationType.F32)
+        tname = gguf_name(hf)
+        quantized = tname.endswith(PROJECTIONS) or (
+            quantize_embeddings and tname in ("token_embd.weight", "output.weight"))
+        tensors.append((tname, np.ascontiguousarray(a, dtype=np.float32), qtype if quantized else None))
+    del weights
+    while tensors:  # popped, so a big model's float copies are freed tensor by tensor
+        tname, a, ttype = tensors.pop(0)
+        if ttype is None:
+            w.add_tensor(tname, a, raw_dtype=gguf.GGMLQuantizationType.F32)
         else:
-            data = gguf.quants.quantize(a, qtype)
-            w.add_tensor(name, data, raw_dtype=qtype)  # the byte shape is converted back, as in convert
+            data = gguf.quants.quantize(a, ttype)
+            w.add_tensor(tname, data, raw_dtype=ttype)  # the byte shape is converted back, as in convert
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
