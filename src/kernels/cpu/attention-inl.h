@@ -589,9 +589,11 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
   const int* keys = key_lists.data();   // [n_q, n_kv]
   const int* n_vis = n_vis_lists.data();  // [n_q]
   const int* runs = run_lists.data();     // [n_q]
-  // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; go parallel only above ~256k of them (tens of
-  // microseconds), well past the few microseconds a hand-off costs.
-  parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 17), [&](int64_t task) {
+  // Work of the whole call ~ 2 n_q n_heads n_kv head_dim multiply-adds; parallel from 128k of them: a decode row of
+  // 8 query heads of 64 over 128+ keys. In a forward its K/V come from L3 or DRAM, microseconds of reading that two
+  // cores share, against a hand-off of ~0.3 us; over ~100 keys the split measured slower (docs/results/
+  // optimization-notes.md, "Thread hand-off cost").
+  parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 16), [&](int64_t task) {
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
     const auto [k_tiles, v_rows] = rows_of(kvh);
