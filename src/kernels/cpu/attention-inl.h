@@ -161,12 +161,6 @@ TS_SIMD void accumulate_values(const float* pa, const float* pb, const int* keys
 // tile pass, in the per-row path, alone or in any batch, and on every vector width. Values take kQ pairs x kVectors
 // output vectors per pass, one FMA per key in ascending order (docs/results/optimization-notes.md, "Attention
 // (avx512): 4 value vectors per pass" and "Attention (avx2): 6 pairs per tile").
-// Every pass reads one tile at a time: the head's tiles are then one forward stream, which the hardware prefetchers
-// follow from DRAM. Two tiles side by side (2 KiB apart, two short streams) made the 2-3 rows of a small tree's
-// verify 1.3-1.6x slower from DRAM on the Zen 4 with AVX-512 (over 300-900 cached keys) and were no faster from
-// cache; with AVX2 a 3-query-head group's decode row was 1.2-1.4x slower even from cache (12 accumulators and 4 key
-// vectors filled the 16 ymm registers) (docs/results/optimization-notes.md, "Attention: one key tile per score pass").
-constexpr int score_tiles_per_pass(int) { return 1; }
 #if TS_SIMD_WIDTH == 16
 constexpr int kScoreQueries = 8;  // 1-8 pairs x 1 tile: up to 8 accumulators of 32 zmm
 constexpr int kValueQueries = 4;  // x 4 vectors: 16 accumulators + 4 values
@@ -294,17 +288,19 @@ struct FmaScores {
 // Scores of `pairs` pairs against keys [j0, j1) (one key block): s[x][j - j0]. q: the pairs' queries as the policy
 // takes them; tiles: the block's key tiles from key tb0 = j0 rounded down to a tile, [ceil((j1 - tb0) / 16)] tiles
 // of [head_dim][16].
+// Every pass reads one tile: the head's tiles are then one forward stream, which the hardware prefetchers follow
+// from DRAM. Two tiles side by side (2 KiB apart, two short streams) made the 2-3 rows of a small tree's verify
+// 1.3-1.6x slower from DRAM on the Zen 4 with AVX-512 (over 300-900 cached keys) and were no faster from cache; with
+// AVX2 a 3-query-head group's decode row was 1.2-1.4x slower even from cache (12 accumulators and 4 key vectors
+// filled the 16 ymm registers) (docs/results/optimization-notes.md, "Attention: one key tile per score pass").
 template <typename Scores, typename QueryT, typename KvT>
 TS_SIMD void score_block(const QueryT* const* q, float* const* s, int pairs, int j0, int j1, const KvT* const* tiles,
                          int head_dim, float scale) {
   const int tb0 = j0 & ~(kTileKeys - 1), n_tiles = (j1 - tb0 + kTileKeys - 1) / kTileKeys;
   for (int x = 0; x < pairs; x += kScoreQueries) {
     with_count<kScoreQueries>(std::min(kScoreQueries, pairs - x), [&](auto m) {
-      constexpr int kQ = decltype(m)::value, kT = score_tiles_per_pass(kQ);
-      int t = 0;
-      for (; t + kT <= n_tiles; t += kT)
-        Scores::template tile<kQ, kT>(q + x, s + x, tiles + t, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
-      for (; t < n_tiles; ++t)
+      constexpr int kQ = decltype(m)::value;
+      for (int t = 0; t < n_tiles; ++t)
         Scores::template tile<kQ, 1>(q + x, s + x, tiles + t, tb0 + t * kTileKeys, j0, j1, head_dim, scale);
     });
   }
