@@ -228,17 +228,18 @@ int bench_forward(int argc, char** argv) {
       std::printf("%-6d", batches[bi]);
       for (size_t ki = 0; ki < ks.size(); ++ki) std::printf("  %-9.2f", row[ki]);
       std::printf("\n%-6s", "");
+      // (L(b, k) - L(b, 1)) / (k - 1): what a verified row adds to the step (ks[0] is 1)
+      std::vector<double> per_row(ks.size(), 0.0);
       for (size_t ki = 0; ki < ks.size(); ++ki) {
+        if (ks[ki] > 1) per_row[ki] = (row[ki] - row[0]) / (ks[ki] - 1);
         std::printf("  x%-8.2f", row[ki] / row[0]);
-        // (L(b, k) - L(b, 1)) / (k - 1): what each verified row adds to the step (ks[0] is 1)
-        const double per_row = ks[ki] > 1 ? (row[ki] - row[0]) / (ks[ki] - 1) : 0.0;
         points.push_back({{"batch", batches[bi]}, {"k", ks[ki]}, {"ms", row[ki]}, {"ratio_to_k1", row[ki] / row[0]},
-                          {"ms_per_extra_row", per_row}});
+                          {"ms_per_extra_row", per_row[ki]}});
       }
       std::printf("\n%-6s", "");
       for (size_t ki = 0; ki < ks.size(); ++ki) {
         if (ks[ki] > 1)
-          std::printf("  +%-8.3f", (row[ki] - row[0]) / (ks[ki] - 1));
+          std::printf("  +%-8.3f", per_row[ki]);
         else
           std::printf("  %-9s", "-");
       }
