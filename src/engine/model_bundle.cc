@@ -1,6 +1,7 @@
 #include "engine/model_bundle.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -12,6 +13,14 @@ namespace ts {
 std::string resolve_drafter_weights(const std::string& choice, const TargetModel& target) {
   if (choice != "auto") return choice;
   return target.quantized_weights() ? "q8_0" : "native";
+}
+
+std::string ModelBundle::weights_summary() const {
+  char mb[32];
+  std::snprintf(mb, sizeof(mb), "%.1f", double(target->weight_bytes()) / 1e6);
+  std::string s = "target weights " + target->weight_format() + ", " + mb + " MB per forward";
+  if (drafter) s += "; drafter weights " + drafter->weight_format();
+  return s;
 }
 
 ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir,

@@ -33,7 +33,13 @@ TEST(ModelBundleDrafterFormat, AutoFollowsTheTarget) {
     EXPECT_EQ(b.target->quantized_weights(), k.target_quantized);
     EXPECT_EQ(b.drafter->weight_format(), k.want_drafter);
     EXPECT_EQ(resolve_drafter_weights(k.drafter_choice, *b.target), k.want_drafter);
+    // What generate and serve log: both formats, the target's first.
+    const std::string summary = b.weights_summary();
+    EXPECT_EQ(summary.rfind("target weights " + b.target->weight_format() + ", ", 0), 0u) << summary;
+    EXPECT_NE(summary.find(std::string("; drafter weights ") + k.want_drafter), std::string::npos) << summary;
   }
+  const ModelBundle alone = ModelBundle::load(dir + "/target", "", "q8_0");
+  EXPECT_EQ(alone.weights_summary().find("drafter"), std::string::npos) << alone.weights_summary();
 }
 
 }  // namespace

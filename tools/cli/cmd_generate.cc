@@ -137,9 +137,7 @@ int cmd_generate(int argc, char** argv) {
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize, flags.drafter_quantize);
   if (bundle.target->quantized_weights())
-    std::fprintf(stderr, "treespark: target weights %s, %.1f MB per forward%s%s\n", bundle.target->weight_format().c_str(),
-                 double(bundle.target->weight_bytes()) / 1e6, bundle.drafter ? "; drafter weights " : "",
-                 bundle.drafter ? bundle.drafter->weight_format().c_str() : "");
+    std::fprintf(stderr, "treespark: %s\n", bundle.weights_summary().c_str());
   flags.apply_threads(bundle.target->weight_bytes());
   bundle.set_kv_dtype(flags.kv_dtype);
   if (drafter_dir.empty() && flags.mode != "none") {

@@ -231,9 +231,7 @@ int cmd_serve(int argc, char** argv) {
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
-  std::fprintf(stderr, "treespark serve: target weights %s, %.1f MB per forward%s%s\n",
-               bundle.target->weight_format().c_str(), double(bundle.target->weight_bytes()) / 1e6,
-               bundle.drafter ? "; drafter weights " : "", bundle.drafter ? bundle.drafter->weight_format().c_str() : "");
+  std::fprintf(stderr, "treespark serve: %s\n", bundle.weights_summary().c_str());
   RequestOptions defaults = spec.defaults(bundle.drafter.get());
   engine.calibration = bundle.calibration;
   if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {
