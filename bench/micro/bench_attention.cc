@@ -5,6 +5,7 @@
 // K in tiles of 16 keys, V head-major; attention_tiled, in one span, and with the prefix in scattered runs of run_rows
 // rows, default 16, as a request reading prefix-cache blocks in place passes them).
 //   bench_attention [threads] [cold|warm] [heads kv_heads head_dim [prefix n_q [run_rows]]]
+//   (environment: BENCH_REPS repetitions, default 15; BENCH_TILED_ONLY=1 times the KV cache's layout alone)
 // (default shape 16/8/128 over prefixes 128..4096 and 1, 8, 32 query rows; e.g. the shipped target's last chat turn:
 // bench_attention 2 warm 8 4 64 900 96)
 // cold: 64 MiB are touched before every call, so the K/V come from DRAM as in a model forward (where the weights
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "run_rows must be a positive multiple of 16\n");
     return 1;
   }
+  // BENCH_REPS: repetitions per layout (default 15); BENCH_TILED_ONLY=1: only the KV cache's layout (for profiles).
+  const int reps = std::getenv("BENCH_REPS") ? std::max(1, std::atoi(std::getenv("BENCH_REPS"))) : 15;
+  const bool tiled_only = std::getenv("BENCH_TILED_ONLY") && std::string(std::getenv("BENCH_TILED_ONLY")) == "1";
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::printf("threads=%d (%s clock), heads %d/%d, head_dim %d, ISA %s, K/V %s\n", threads, cpu_clock ? "CPU" : "wall",
@@ -136,7 +140,12 @@ int main(int argc, char** argv) {
         call();
         into.push_back(clock_ms(cpu_clock) - t0);
       };
-      for (int rep = 0; rep < 15; ++rep) {
+      for (int rep = 0; rep < reps; ++rep) {
+        timed(times_tiled, [&] {
+          kernels::attention_tiled(q.data(), k16_tiled.data(), v16_tiled.data(), tiled_stride, visible.data(),
+                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
+        });
+        if (tiled_only) continue;
         timed(times, [&] {
           kernels::attention(q.data(), k.data(), v.data(), visible.data(), out.data(), n_q, n_kv, heads, kv_heads, hd,
                              0.088f);
@@ -153,10 +162,6 @@ int main(int argc, char** argv) {
           kernels::attention_paged(q.data(), pages.data(), kShift, k_off, v_off, page_head_stride, visible.data(),
                                    out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
         });
-        timed(times_tiled, [&] {
-          kernels::attention_tiled(q.data(), k16_tiled.data(), v16_tiled.data(), tiled_stride, visible.data(),
-                                   out.data(), n_q, n_kv, heads, kv_heads, hd, 0.088f);
-        });
         timed(times_spans, [&] {
           kernels::attention_tiled(q.data(), spans.data(), int(spans.size()), DType::BF16, visible.data(), out.data(),
                                    n_q, n_kv, heads, kv_heads, hd, 0.088f);
@@ -167,6 +172,10 @@ int main(int argc, char** argv) {
         });
       }
       auto best = [](const std::vector<double>& t) { return *std::min_element(t.begin(), t.end()) * 1e3; };
+      if (tiled_only) {
+        std::printf("prefix %5d  n_q %3d : K tiles (the cache) %8.1f us\n", prefix, n_q, best(times_tiled));
+        continue;
+      }
       std::printf("prefix %5d  n_q %3d : f32 row-major %8.1f us, head-major %8.1f us; bf16 row-major %8.1f us, "
                   "head-major %8.1f us, pages of 16 %8.1f us, K tiles (the cache) %8.1f us, prefix in runs "
                   "of %d rows %8.1f us\n",

@@ -427,8 +427,8 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   const bool dot = kDot && head_dim % kW == 0;
   auto q2_of = [&](int i, int g) { return s.q2.data() + (size_t(i) * group + g) * (head_dim / 2); };
   if constexpr (kDot) {
-    s.q2.resize(size_t(rows) * group * (head_dim / 2));
-    for (int i = 0; i < rows; ++i)
+    if (dot) s.q2.resize(size_t(rows) * group * (head_dim / 2));
+    for (int i = 0; dot && i < rows; ++i)
       for (int g = 0; g < group; ++g) round_query_pairs(q_of(i, g), head_dim, q2_of(i, g));
   }
   // Per key block: the rows that see all of it go to the dense tiles (their pairs listed in dense_q / dense_s /
