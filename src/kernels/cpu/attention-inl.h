@@ -347,14 +347,15 @@ struct TaskScratch {
   std::vector<float*> dense_acc;      // [dense pairs] their value sums
   std::vector<KvT> k_tiles;           // [tiles of the block, head_dim, 16] row-major keys transposed (TransposedKeys)
   std::vector<const KvT*> k_tile_ptrs;  // [tiles of the block] their addresses
-  std::vector<float> row_scores;      // [group, kKeyBlock] the per-row path: one row's scores over a whole block
-  std::vector<const float*> row_q;    // [group] that row's query vectors
-  std::vector<float*> row_s;          // [group] its rows of row_scores
+  std::vector<float> row_scores;      // [partial pairs, kKeyBlock] the per-row path: the scores over a whole block
+                                      // of the pairs of the rows that see part of it
+  std::vector<const float*> row_q;    // [partial pairs] their query vectors
+  std::vector<float*> row_s;          // [partial pairs] their rows of row_scores
   std::vector<uint8_t> dense_row;     // [rows in block] 1 where the row's pairs went to the dense tiles this block
   // The bf16 dot products (attention_dot-inl.h) only:
   std::vector<uint32_t> q2;               // [rows in block, group, head_dim / 2] queries as bf16 pairs
   std::vector<const uint32_t*> dense_q2;  // [dense pairs] their rows of q2
-  std::vector<const uint32_t*> row_q2;    // [group] the per-row path's
+  std::vector<const uint32_t*> row_q2;    // [partial pairs] the per-row path's
 };
 
 // Visible key indices of every query row, ascending: keys [n_q, n_kv] (first n_vis[i] of row i used), and runs [n_q]:
@@ -477,10 +478,10 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
   // 1. Scores, key block by key block. A row that sees only part of the block (a tree's own nodes) scores the
   // whole block for its heads, then keeps its visible keys: a key's score is the same bits either way.
   s.cursor.assign(rows, 0);
-  s.row_scores.resize(size_t(group) * kKeyBlock);
-  s.row_q.resize(group);
-  s.row_s.resize(group);
-  s.row_q2.resize(group);
+  s.row_scores.resize(size_t(rows) * group * kKeyBlock);
+  s.row_q.resize(size_t(rows) * group);
+  s.row_s.resize(size_t(rows) * group);
+  s.row_q2.resize(size_t(rows) * group);
   for (int j0 = 0, j1; j0 < n_kv; j0 = j1) {
     j1 = block_end(j0);
     if (j1 < n_kv) k_tiles.prefetch_runs(j1, block_end(j1), head_dim);  // the next block's
@@ -496,24 +497,31 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
         score_block<FmaScores>(s.dense_q.data(), s.dense_s.data(), pairs, j0, j1, tiles, head_dim, scale);
       }
     }
+    // The rows that see part of the block score all of it together (their pairs share the tile passes), then each
+    // keeps its visible keys.
+    int partial_pairs = 0;
     for (int i = 0; i < rows; ++i) {
+      if (s.cursor[i] == s.first[i] || s.dense_row[i]) continue;  // nothing visible here, or the block went to the tiles
+      for (int g = 0; g < group; ++g, ++partial_pairs) {
+        s.row_q[partial_pairs] = q_of(i, g);
+        s.row_s[partial_pairs] = s.row_scores.data() + size_t(partial_pairs) * kKeyBlock;  // [j1 - j0] keys j0...
+        if (dot) s.row_q2[partial_pairs] = q2_of(i, g);
+      }
+    }
+    if (partial_pairs == 0) continue;
+    if (dot) {
+      if constexpr (kDot)
+        score_block<DotScores>(s.row_q2.data(), s.row_s.data(), partial_pairs, j0, j1, tiles, head_dim, scale);
+    } else {
+      score_block<FmaScores>(s.row_q.data(), s.row_s.data(), partial_pairs, j0, j1, tiles, head_dim, scale);
+    }
+    for (int i = 0, x = 0; i < rows; ++i) {
       const int t0 = s.first[i], t1 = s.cursor[i];
-      if (t1 == t0 || s.dense_row[i]) continue;  // nothing visible here, or the block went to the tiles
-      for (int g = 0; g < group; ++g) {
-        s.row_q[g] = q_of(i, g);
-        s.row_s[g] = s.row_scores.data() + size_t(g) * kKeyBlock;  // [j1 - j0] scores of keys j0...
-        if (dot) s.row_q2[g] = q2_of(i, g);
-      }
-      if (dot) {
-        if constexpr (kDot)
-          score_block<DotScores>(s.row_q2.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
-      } else {
-        score_block<FmaScores>(s.row_q.data(), s.row_s.data(), group, j0, j1, tiles, head_dim, scale);
-      }
+      if (t1 == t0 || s.dense_row[i]) continue;
       const int* keys = keys_of(i);
-      for (int g = 0; g < group; ++g) {
+      for (int g = 0; g < group; ++g, ++x) {
         float* row_scores = scores_of(i, g);
-        for (int t = t0; t < t1; ++t) row_scores[t] = s.row_s[g][keys[t] - j0];
+        for (int t = t0; t < t1; ++t) row_scores[t] = s.row_s[x][keys[t] - j0];
       }
     }
   }
