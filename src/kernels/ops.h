@@ -94,6 +94,10 @@ void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);
 
+// bf16 bits of f32 values: bits[i] = f32_to_bf16(x[i]) (nearest even; NaN stays a quiet NaN; denormals kept).
+//   x: [n], bits: [n]
+void to_bf16_bits(const float* x, int64_t n, uint16_t* bits);
+
 // Embedding lookup: out[r, :] = table[ids[r], :] as f32.
 //   table: [vocab, dim] of dtype F32, F16 or BF16; ids: [rows]; out: [rows, dim]
 // Throws ts::Error for an id outside [0, vocab) (ids come from user input).

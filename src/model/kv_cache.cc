@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace ts {
 
@@ -75,16 +77,28 @@ size_t KVCache::key_index(int g, int own, int d) const {
 }
 
 namespace {
-// One element of a cache buffer of `dtype` (f32, or bf16 bits) at element index i.
-inline void store_elem(uint8_t* buffer, size_t i, DType dtype, float x) {
-  if (dtype == DType::F32)
-    reinterpret_cast<float*>(buffer)[i] = x;
-  else
-    reinterpret_cast<uint16_t*>(buffer)[i] = f32_to_bf16(x);
-}
 inline float load_elem(const uint8_t* buffer, size_t i, DType dtype) {
   return dtype == DType::F32 ? reinterpret_cast<const float*>(buffer)[i]
                              : bf16_to_f32(reinterpret_cast<const uint16_t*>(buffer)[i]);
+}
+}  // namespace
+
+namespace {
+// K rows [n, kv_heads, head_dim] of element type T into a cache buffer's key tiles: key (own row `row0` + r, head g,
+// dim d) at key_index(g, row0 + r, d). For one head and dimension, the rows of a tile are neighbouring lanes.
+template <typename T, typename KeyIndex>
+void scatter_keys(const T* k, int n, int kv_heads, int head_dim, int row0, T* keys, const KeyIndex& key_index) {
+  const size_t kv_dim = size_t(kv_heads) * head_dim;
+  for (int g = 0; g < kv_heads; ++g)
+    for (int r = 0; r < n;) {
+      const int run = std::min(n - r, kTile - ((row0 + r) & (kTile - 1)));  // rows left in this tile
+      for (int d = 0; d < head_dim; ++d) {
+        T* lanes = keys + key_index(g, row0 + r, d);  // [run] neighbouring lanes
+        const T* from = k + size_t(r) * kv_dim + size_t(g) * head_dim + d;
+        for (int i = 0; i < run; ++i) lanes[i] = from[size_t(i) * kv_dim];
+      }
+      r += run;
+    }
 }
 }  // namespace
 
@@ -92,19 +106,30 @@ void KVCache::write_pending(int layer, int first, int n, const float* k, const f
   TS_CHECK(layer >= 0 && layer < num_layers(), "KV write: layer ", layer, " out of range");
   TS_CHECK(first >= 0 && n >= 0 && first + n <= pending_, "KV write: rows [", first, ", ", first + n,
            ") outside the ", pending_, " pending rows");
-  uint8_t* keys = keys_[layer].data();
-  uint8_t* values = values_[layer].data();
-  for (int r = 0; r < n; ++r) {
-    const int row = length_ + first + r - shared_rows_;  // own row
-    for (int g = 0; g < kv_heads_; ++g) {
-      const size_t from = size_t(r) * kv_dim() + size_t(g) * head_dim_;  // in k, v: [n, kv_heads, head_dim]
-      const size_t v_at = (size_t(g) * capacity_ + size_t(row)) * head_dim_;
-      for (int d = 0; d < head_dim_; ++d) {
-        store_elem(keys, key_index(g, row, d), dtype_, k[from + d]);
-        store_elem(values, v_at + d, dtype_, v[from + d]);
-      }
-    }
+  if (n == 0) return;
+  const int row0 = length_ + first - shared_rows_;  // own row of k[0]
+  const size_t kv = size_t(kv_dim()), hd = size_t(head_dim_);
+  auto key_at = [this](int g, int own, int d) { return key_index(g, own, d); };
+  if (dtype_ == DType::F32) {
+    float* values = reinterpret_cast<float*>(values_[layer].data());
+    for (int r = 0; r < n; ++r)
+      for (int g = 0; g < kv_heads_; ++g)
+        std::memcpy(values + (size_t(g) * capacity_ + size_t(row0 + r)) * hd, v + size_t(r) * kv + size_t(g) * hd,
+                    sizeof(float) * hd);
+    scatter_keys(k, n, kv_heads_, head_dim_, row0, reinterpret_cast<float*>(keys_[layer].data()), key_at);
+    return;
   }
+  // bf16: rounded by the vector kernel (kernels::to_bf16_bits, f32_to_bf16's bits), values straight into their rows,
+  // keys into a buffer first, then into their tiles' lanes.
+  uint16_t* values = reinterpret_cast<uint16_t*>(values_[layer].data());
+  for (int r = 0; r < n; ++r)
+    for (int g = 0; g < kv_heads_; ++g)
+      kernels::to_bf16_bits(v + size_t(r) * kv + size_t(g) * hd, int64_t(hd),
+                            values + (size_t(g) * capacity_ + size_t(row0 + r)) * hd);
+  thread_local std::vector<uint16_t> k_bf16;  // [n, kv_heads, head_dim] the key rows rounded
+  k_bf16.resize(size_t(n) * kv);
+  kernels::to_bf16_bits(k, int64_t(n) * int64_t(kv), k_bf16.data());
+  scatter_keys(k_bf16.data(), n, kv_heads_, head_dim_, row0, reinterpret_cast<uint16_t*>(keys_[layer].data()), key_at);
 }
 
 KVRows KVCache::rows(int layer) const {

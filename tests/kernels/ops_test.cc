@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -44,6 +45,29 @@ TEST_P(Ops, AddMatchesReferenceExactly) {
     add(fast.data(), b.data(), n);
     ref::add(ref.data(), b.data(), n);
     EXPECT_EQ(bit_differences(fast.data(), ref.data(), n), 0u) << n;  // one IEEE add per element: exact
+  }
+}
+
+// to_bf16_bits against core's f32_to_bf16, element by element: ties (both ways), the rounding carry into the
+// exponent, infinities, NaNs (kept quiet), denormals, signed zeros, and every tail length of a vector; no write
+// past n.
+TEST_P(Ops, ToBf16BitsEqualsScalarConversion) {
+  std::vector<float> specials;
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                        0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x00000001u, 0x807fffffu, 0x007f8000u,
+                        0x80000000u, 0x00000000u, 0x477fe000u, 0xc77ff000u}) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    specials.push_back(f);
+  }
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(15), int64_t(16), int64_t(17),
+                    int64_t(specials.size()), int64_t(1000), int64_t(4099)}) {
+    std::vector<float> x = random_normal(n, 3.0f, 11);
+    for (int64_t i = 0; i < n && i < int64_t(specials.size()); ++i) x[size_t(i)] = specials[size_t(i)];
+    std::vector<uint16_t> bits(size_t(n) + 16, 0xabcd);
+    to_bf16_bits(x.data(), n, bits.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits[size_t(i)], f32_to_bf16(x[size_t(i)])) << "n " << n << " at " << i;
+    for (size_t i = size_t(n); i < bits.size(); ++i) ASSERT_EQ(bits[i], 0xabcd) << "wrote past n = " << n;
   }
 }
 

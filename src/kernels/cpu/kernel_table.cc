@@ -84,6 +84,7 @@ KernelTable scalar_entries(const QgemmTable* qgemm) {
   t.exp_normalize = scalar::exp_normalize;
   t.softmax_scaled = ref::softmax_scaled;
   t.round_to_bf16 = scalar::round_to_bf16;
+  t.to_bf16_bits = scalar::to_bf16_bits;
   t.linear_f32 = gemm_f32_scalar;
   t.linear_bf16 = linear_bf16_rounded<scalar::round_to_bf16, gemm_bf16_scalar>;
   t.linear_f32_backend = "portable-f32";
@@ -117,6 +118,7 @@ KernelTable avx2_entries(const QgemmTable* qgemm) {
   t.exp_normalize = avx2::exp_normalize;
   t.softmax_scaled = softmax_scaled_vector<avx2::scaled_max, avx2::exp_normalize>;
   t.round_to_bf16 = avx2::round_to_bf16;
+  t.to_bf16_bits = avx2::to_bf16_bits;
   t.linear_f32 = avx2::gemm_f32;
   t.linear_bf16 = linear_bf16_rounded<avx2::round_to_bf16, avx2::gemm_bf16>;
   t.exp_nonpositive_f64 = avx2::exp_nonpositive_f64;
@@ -149,6 +151,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
   t.exp_normalize = avx512::exp_normalize;
   t.softmax_scaled = softmax_scaled_vector<avx512::scaled_max, avx512::exp_normalize>;
   t.round_to_bf16 = avx512::round_to_bf16;
+  t.to_bf16_bits = avx512::to_bf16_bits;
   t.linear_f32 = avx512::gemm_f32;
   t.linear_bf16 = linear_bf16_rounded<avx512::round_to_bf16, avx512::gemm_bf16>;
   t.exp_nonpositive_f64 = avx512::exp_nonpositive_f64;
@@ -227,7 +230,7 @@ const KernelTable& active_kernels() { return tables().isa[int(active_isa())]; }
 const QgemmTable& qgemm_table(QgemmKernel k) { return tables().qgemm[int(k)]; }
 
 // The lists below name every pointer of the structs; the sizes keep them from falling behind a new entry.
-static_assert(sizeof(KernelTable) == 26 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
+static_assert(sizeof(KernelTable) == 27 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
 static_assert(sizeof(QgemmTable) == 7 * sizeof(void*), "a new QgemmTable entry needs a line in null_entries");
 
 #define TS_NULL_ENTRY(field) \
@@ -251,6 +254,7 @@ std::vector<std::string> null_entries(const KernelTable& t) {
   TS_NULL_ENTRY(exp_normalize);
   TS_NULL_ENTRY(softmax_scaled);
   TS_NULL_ENTRY(round_to_bf16);
+  TS_NULL_ENTRY(to_bf16_bits);
   TS_NULL_ENTRY(linear_f32);
   TS_NULL_ENTRY(linear_bf16);
   TS_NULL_ENTRY(linear_f32_backend);

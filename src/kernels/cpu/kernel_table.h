@@ -67,6 +67,7 @@ struct KernelTable {
   float (*scaled_max)(const float* logits, int n, float scale) = nullptr;
   void (*exp_normalize)(const float* logits, int n, float scale, float max_z, float* out) = nullptr;
   void (*softmax_scaled)(const float* logits, int n, float scale, float* out) = nullptr;
+  void (*to_bf16_bits)(const float* src, int64_t n, uint16_t* bits) = nullptr;
   // Linear (gemm_packed.h): x: [rows, in_features] f32 -> y: [rows, out_features], weights packed once.
   void (*round_to_bf16)(const float* src, float* dst, int64_t n) = nullptr;
   void (*linear_f32)(const float* x, const float* packed, float* y, int rows, int out_features,

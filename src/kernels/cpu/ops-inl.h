@@ -185,4 +185,9 @@ TS_SIMD void round_to_bf16(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) store_n(dst + i, round_bf16(load_n(src + i, n - i)), n - i);
 }
 
+// bits[i] = f32_to_bf16(src[i]).
+TS_SIMD void to_bf16_bits(const float* src, int64_t n, uint16_t* bits) {
+  for (int64_t i = 0; i < n; i += kW) store_bf16_bits_n(bits + i, round_bf16(load_n(src + i, n - i)), n - i);
+}
+
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

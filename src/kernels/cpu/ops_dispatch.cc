@@ -36,6 +36,7 @@ void rope_default_inv_freq(float theta, int head_dim, float* inv_freq) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) { active_kernels().swiglu(gate, up, out, n); }
+void to_bf16_bits(const float* x, int64_t n, uint16_t* bits) { active_kernels().to_bf16_bits(x, n, bits); }
 
 void softmax(float* x, int n) {
   TS_CHECK(n > 0, "softmax: expected n > 0, got ", n);

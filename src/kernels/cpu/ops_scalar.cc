@@ -38,6 +38,10 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 
+void to_bf16_bits(const float* src, int64_t n, uint16_t* bits) {
+  for (int64_t i = 0; i < n; ++i) bits[i] = f32_to_bf16(src[i]);
+}
+
 bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
                float scale) {

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #define TS_SIMD_NS avx2
 #define TS_SIMD_WIDTH 8
@@ -110,6 +111,19 @@ TS_SIMD inline V round_bf16(V v) {
   const VI rounded = _mm256_and_si256(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), high_half);
   const VI quiet_nan = _mm256_and_si256(_mm256_or_si256(bits, _mm256_set1_epi32(0x400000)), high_half);
   return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet_nan), is_nan(v));
+}
+
+// The bf16 bits of round_bf16's lanes (their high halves) at p[0, min(n, 8)); nothing past them is written.
+TS_SIMD inline void store_bf16_bits_n(uint16_t* p, V rounded, int64_t n) {
+  const VI high = _mm256_srli_epi32(_mm256_castps_si256(rounded), 16);  // <= 0xffff: packs exactly
+  const __m128i bits = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(high, high), 0x08));
+  if (n >= 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+  } else if (n > 0) {
+    alignas(16) uint16_t part[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(part), bits);
+    std::memcpy(p, part, size_t(n) * sizeof(uint16_t));
+  }
 }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }

@@ -89,6 +89,11 @@ TS_SIMD inline V round_bf16(V v) {
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, is_nan(v), quiet_nan));
 }
 
+// The bf16 bits of round_bf16's lanes (their high halves) at p[0, min(n, 16)); nothing past them is written.
+TS_SIMD inline void store_bf16_bits_n(uint16_t* p, V rounded, int64_t n) {
+  _mm256_mask_storeu_epi16(p, tail(n), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rounded), 16)));
+}
+
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
