@@ -25,9 +25,9 @@ TS_SIMD inline BH as_bh(__m512i v) { return reinterpret_cast<BH>(v); }
 
 // q[0, head_dim) rounded to bf16 pairs by vcvtneps2bf16: out[i] = bf16(q[2i]) | bf16(q[2i + 1]) << 16, that is the
 // bf16 values in order (head_dim a multiple of 16).  out: [head_dim / 2]
-// Nearest even, as f32_to_bf16, but a denormal q counts as zero, as vdpbf16ps counts a denormal operand. (Scalar
-// f32_to_bf16 here took 70% of attend_block's own time: a verify of 8 rows over 300 keys spent 12% of its attention
-// rounding queries.)
+// Nearest even, as f32_to_bf16, but a denormal q counts as zero, as vdpbf16ps counts a denormal operand. One
+// instruction per 16 values: the scalar f32_to_bf16 loop was most of attend_block's own time in a tree's verify
+// (docs/results/optimization-notes.md, "Attention: queries rounded by vcvtneps2bf16").
 TS_SIMD inline void round_query_pairs(const float* q, int head_dim, uint32_t* out) {
   for (int d = 0; d < head_dim; d += kW)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d / 2),
