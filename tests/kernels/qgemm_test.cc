@@ -60,9 +60,12 @@ class Qgemm : public ::testing::TestWithParam<QgemmKernel> {};
 
 // Every field, on block counts below, at and past the avx512 quantizer's 16-block tiles (rows x in / 32 = 8, 40,
 // 33, 96 blocks; a tile spans rows when a row has fewer than 16 blocks), with a zero block, a zero value, a huge
-// value, tiny values and a block of one repeated value inside the tiles.
+// value, tiny values and a block of one repeated value inside the tiles. The last two cases are large enough for
+// threads to split the blocks (2 threads here against the scalar quantizer on 1): 17 x 1024 (544 blocks) and
+// 9 x 3008 (846 blocks, the split falling inside rows).
 TEST_P(Qgemm, QuantizedActivationsEqualScalar) {
-  const struct { int rows, in; } cases[] = {{1, 256}, {5, 256}, {3, 352}, {2, 1536}};
+  const struct { int rows, in; } cases[] = {{1, 256}, {5, 256}, {3, 352}, {2, 1536}, {17, 1024}, {9, 3008}};
+  const int saved = num_threads();
   for (const auto& c : cases) {
     std::vector<float> x = random_normal(size_t(c.rows) * c.in, 1.0f, uint32_t(7 + c.in));
     x[3] = 0.0f;
@@ -71,7 +74,9 @@ TEST_P(Qgemm, QuantizedActivationsEqualScalar) {
     for (int k = 96; k < 128; ++k) x[k] *= 1e-30f;  // tiny amax: 1 / d is huge but finite
     for (int k = 160; k < 192; ++k) x[k] = -0.75f;  // every value the block's amax
     QuantizedRows ref, got;
+    set_num_threads(1);
     quantize_rows(QgemmKernel::Scalar, x.data(), c.rows, c.in, &ref);
+    set_num_threads(2);
     quantize_rows(GetParam(), x.data(), c.rows, c.in, &got);
     EXPECT_EQ(ref.q, got.q) << c.rows << "x" << c.in;
     EXPECT_EQ(ref.sum, got.sum) << c.rows << "x" << c.in;
@@ -79,7 +84,12 @@ TEST_P(Qgemm, QuantizedActivationsEqualScalar) {
     EXPECT_EQ(bit_differences(ref.d.data(), got.d.data(), ref.d.size()), 0u) << c.rows << "x" << c.in;
     ASSERT_EQ(ref.dsum.size(), got.dsum.size());
     EXPECT_EQ(bit_differences(ref.dsum.data(), got.dsum.data(), ref.dsum.size()), 0u) << c.rows << "x" << c.in;
+    EXPECT_EQ(ref.sum_neg8, got.sum_neg8) << c.rows << "x" << c.in;
+    EXPECT_EQ(ref.sum_neg128, got.sum_neg128) << c.rows << "x" << c.in;
+    EXPECT_EQ(ref.sum16_neg32, got.sum16_neg32) << c.rows << "x" << c.in;
+    for (size_t i = 0; i < ref.sum.size(); ++i) ASSERT_EQ(ref.sum_neg8[i], -8 * ref.sum[i]);  // the offsets' meaning
   }
+  set_num_threads(saved);
 }
 
 TEST_P(Qgemm, EqualsScalarOnRaggedShapes) {

@@ -191,16 +191,16 @@ struct Tables {
     const CpuFeatures& f = cpu_features();
     const bool avx2 = isa_supported(Isa::Avx2) && f.f16c, avx512 = isa_supported(Isa::Avx512) && f.f16c;
     using K = QgemmKernel;
-    qgemm[int(K::Scalar)] = {K::Scalar, "scalar", "qgemm-scalar", true, quantize_rows_scalar, qgemm_groups_scalar,
+    qgemm[int(K::Scalar)] = {K::Scalar, "scalar", "qgemm-scalar", true, quantize_blocks_scalar, qgemm_groups_scalar,
                              qgemm_groups_k_scalar};
-    qgemm[int(K::Avx2)] = {K::Avx2, "avx2", "qgemm-avx2", avx2, avx2::quantize_rows, avx2_plain::run_groups,
+    qgemm[int(K::Avx2)] = {K::Avx2, "avx2", "qgemm-avx2", avx2, avx2::quantize_blocks, avx2_plain::run_groups,
                            avx2k_plain::run_groups_k};
-    qgemm[int(K::Avx2Vnni)] = {K::Avx2Vnni, "avx2-vnni", "qgemm-avx2-vnni", avx2 && f.avx_vnni, avx2::quantize_rows,
+    qgemm[int(K::Avx2Vnni)] = {K::Avx2Vnni, "avx2-vnni", "qgemm-avx2-vnni", avx2 && f.avx_vnni, avx2::quantize_blocks,
                                avx2_vnni::run_groups, avx2k_vnni::run_groups_k};
-    qgemm[int(K::Avx512)] = {K::Avx512, "avx512", "qgemm-avx512", avx512, avx512::quantize_rows,
+    qgemm[int(K::Avx512)] = {K::Avx512, "avx512", "qgemm-avx512", avx512, avx512::quantize_blocks,
                              avx512_plain::run_groups, avx512k_plain::run_groups_k};
     qgemm[int(K::Avx512Vnni)] = {K::Avx512Vnni, "avx512-vnni", "qgemm-avx512-vnni", avx512 && f.avx512_vnni,
-                                 avx512::quantize_rows, avx512_vnni::run_groups, avx512k_vnni::run_groups_k};
+                                 avx512::quantize_blocks, avx512_vnni::run_groups, avx512k_vnni::run_groups_k};
     auto best = [&](QgemmKernel vnni, QgemmKernel plain) {
       return qgemm[int(vnni)].supported ? &qgemm[int(vnni)] : &qgemm[int(plain)];
     };
@@ -271,7 +271,7 @@ std::vector<std::string> null_entries(const QgemmTable& t) {
   std::vector<std::string> missing;
   TS_NULL_ENTRY(name);
   TS_NULL_ENTRY(backend);
-  TS_NULL_ENTRY(quantize_rows);
+  TS_NULL_ENTRY(quantize_blocks);
   TS_NULL_ENTRY(groups);
   TS_NULL_ENTRY(groups_k);
   return missing;

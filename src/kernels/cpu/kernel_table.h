@@ -28,8 +28,9 @@ struct QgemmTable {
   const char* name = nullptr;     // qgemm_kernel_name: "avx512-vnni"
   const char* backend = nullptr;  // Linear::backend_name: "qgemm-avx512-vnni"
   bool supported = false;         // this CPU has what the kernel needs
-  // x: [rows, in_features] -> acts (resized here); the same bits from every kernel.
-  void (*quantize_rows)(const float* x, int rows, int in_features, QuantizedRows* acts) = nullptr;
+  // Blocks [block_begin, block_end) of x's 32-value blocks -> the same blocks of acts (shaped by the caller,
+  // quantize_rows); the same bits from every kernel.
+  void (*quantize_blocks)(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) = nullptr;
   QgemmGroupsFn groups = nullptr;    // Q8_0, Q4_0 (qgemm.h)
   QgemmGroupsFn groups_k = nullptr;  // Q4_K, Q6_K (qgemm_k.h)
 };

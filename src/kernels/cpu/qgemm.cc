@@ -18,7 +18,8 @@ namespace ts::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kParallelQPackValues = int64_t(1) << 22;  // as pack_bf16: a tiny model's load starts no worker
+constexpr int64_t kParallelQPackValues = int64_t(1) << 22;
+constexpr int64_t kParallelQuantizeValues = int64_t(1) << 14;  // as pack_bf16: a tiny model's load starts no worker
 
 uint16_t block_scale(const uint8_t* block) {
   uint16_t d;
@@ -77,28 +78,24 @@ void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_featur
   });
 }
 
-void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  const int nb = in_features / kQBlock;
-  acts->shape(rows, in_features);
-  for (int r = 0; r < rows; ++r) {
-    for (int b = 0; b < nb; ++b) {
-      const float* xb = x + size_t(r) * in_features + b * kQBlock;
-      int8_t* qb = acts->q.data() + size_t(r) * in_features + b * kQBlock;
-      float amax = 0.0f;
-      for (int k = 0; k < kQBlock; ++k) amax = std::max(amax, std::fabs(xb[k]));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int half[2] = {0, 0};
-      for (int k = 0; k < kQBlock; ++k) {
-        qb[k] = int8_t(std::nearbyint(xb[k] * id));  // round half to even, as cvtps2dq
-        half[k / 16] += qb[k];
-      }
-      acts->d[size_t(r) * nb + b] = d;
-      acts->sum[size_t(r) * nb + b] = half[0] + half[1];
-      acts->dsum[size_t(r) * nb + b] = d * float(half[0] + half[1]);
-      acts->sum16[(size_t(r) * nb + b) * 2] = half[0];
-      acts->sum16[(size_t(r) * nb + b) * 2 + 1] = half[1];
+void quantize_blocks_scalar(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) {
+  for (int64_t i = block_begin; i < block_end; ++i) {
+    const float* xb = x + i * kQBlock;
+    int8_t* qb = acts->q.data() + i * kQBlock;
+    float amax = 0.0f;
+    for (int k = 0; k < kQBlock; ++k) amax = std::max(amax, std::fabs(xb[k]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int half[2] = {0, 0};
+    for (int k = 0; k < kQBlock; ++k) {
+      qb[k] = int8_t(std::nearbyint(xb[k] * id));  // round half to even, as cvtps2dq
+      half[k / 16] += qb[k];
     }
+    acts->d[size_t(i)] = d;
+    acts->sum[size_t(i)] = half[0] + half[1];
+    acts->dsum[size_t(i)] = d * float(half[0] + half[1]);
+    acts->sum16[size_t(i) * 2] = half[0];
+    acts->sum16[size_t(i) * 2 + 1] = half[1];
   }
 }
 
@@ -156,12 +153,23 @@ QgemmKernel qgemm_active_kernel() { return active_kernels().qgemm->kernel; }
 
 void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts) {
   TS_CHECK(in_features % kQBlock == 0, "quantize_rows: in_features ", in_features, " is not a multiple of 32");
-  qgemm_table(k).quantize_rows(x, rows, in_features, acts);
-  for (size_t i = 0; i < acts->sum.size(); ++i) {
-    acts->sum_neg8[i] = -8 * acts->sum[i];
-    acts->sum_neg128[i] = -128 * acts->sum[i];
-  }
-  for (size_t i = 0; i < acts->sum16.size(); ++i) acts->sum16_neg32[i] = -32 * acts->sum16[i];
+  acts->shape(rows, in_features);
+  const auto quantize_blocks = qgemm_table(k).quantize_blocks;
+  const int64_t blocks = int64_t(rows) * (in_features / kQBlock);
+  // Blocks are independent, so threads split them (in runs of 16, a vector quantizer's tile) with the same bits.
+  // Parallel from 16k values: below that the split did not pay for its hand-off (docs/results/optimization-notes.md,
+  // "Activation quantizing: threads split the blocks").
+  parallel_ranges((blocks + 15) / 16, int64_t(rows) * in_features >= kParallelQuantizeValues,
+                  [&](int64_t t0, int64_t t1) {
+                    const int64_t b0 = t0 * 16, b1 = std::min(blocks, t1 * 16);
+                    quantize_blocks(x, b0, b1, acts);
+                    for (int64_t i = b0; i < b1; ++i) {
+                      acts->sum_neg8[size_t(i)] = -8 * acts->sum[size_t(i)];
+                      acts->sum_neg128[size_t(i)] = -128 * acts->sum[size_t(i)];
+                      acts->sum16_neg32[size_t(2 * i)] = -32 * acts->sum16[size_t(2 * i)];
+                      acts->sum16_neg32[size_t(2 * i + 1)] = -32 * acts->sum16[size_t(2 * i + 1)];
+                    }
+                  });
 }
 
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,

@@ -107,7 +107,9 @@ void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t*
 // vpdpbusd, *_plain its exact emulation.
 void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                          int in_features, int group_begin, int group_end);
-void quantize_rows_scalar(const float* x, int rows, int in_features, QuantizedRows* acts);
+// Blocks [block_begin, block_end) of acts (shaped already; block i is x[32 i, 32 i + 32), the blocks of all rows in
+// sequence): q, d, sum, sum16 and dsum. Threads split the blocks (quantize_rows).
+void quantize_blocks_scalar(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts);
 namespace avx2_plain {
 void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                 int in_features, int group_begin, int group_end);
@@ -125,10 +127,10 @@ void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, f
                 int in_features, int group_begin, int group_end);
 }  // namespace avx512_vnni
 namespace avx2 {
-void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
+void quantize_blocks(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts);
 }  // namespace avx2
 namespace avx512 {
-void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts);
+void quantize_blocks(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts);
 }  // namespace avx512
 
 }  // namespace ts::kernels::cpu

@@ -1,5 +1,5 @@
 // The avx2 quantized GEMM: qgemm_avx2-inl.h compiled with and without AVX-VNNI, and the activation quantizer
-// (bit-identical to quantize_rows_scalar: the same f32 operations, cvtps2dq rounding half to even).
+// (bit-identical to quantize_blocks_scalar: the same f32 operations, cvtps2dq rounding half to even).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,7 +27,7 @@ namespace {
 
 // Blocks are quantized 8 at a time (a tile), as the avx512 quantizer does 16: the per-block reductions (amax, the
 // two half sums) as transpose-reductions that leave block j's value in lane j, the divisions as one vector
-// division. The same f32 operations as quantize_rows_scalar, so the same bits.
+// division. The same f32 operations as quantize_blocks_scalar, so the same bits.
 constexpr int kTileBlocks = 8;
 
 // Lane j of the result: the reduction (`Op`) of v[j]'s 8 lanes. Three levels of pairwise combining leave block
@@ -127,22 +127,20 @@ TS_Q256 void quantize_block(const float* x, int64_t i, QuantizedRows* acts) {
   acts->sum16[2 * i + 1] = half[1];
 }
 
-TS_Q256 void quantize_rows_256(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  // Rows are contiguous and in_features is a multiple of 32: the blocks of all rows are one sequence, and every
-  // per-block output ([rows, blocks] arrays) is indexed by the block's place in it.
-  const int64_t blocks = int64_t(rows) * (in_features / kQBlock);
-  int64_t i = 0;
-  for (; i + kTileBlocks <= blocks; i += kTileBlocks) quantize_tile_8(x, i, acts);
-  for (; i < blocks; ++i) quantize_block(x, i, acts);
+// Rows are contiguous and in_features is a multiple of 32: the blocks of all rows are one sequence, and every
+// per-block output ([rows, blocks] arrays) is indexed by the block's place in it.
+TS_Q256 void quantize_blocks_256(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) {
+  int64_t i = block_begin;
+  for (; i + kTileBlocks <= block_end; i += kTileBlocks) quantize_tile_8(x, i, acts);
+  for (; i < block_end; ++i) quantize_block(x, i, acts);
 }
 
 }  // namespace
 
 namespace avx2 {
 
-void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  acts->shape(rows, in_features);
-  quantize_rows_256(x, rows, in_features, acts);
+void quantize_blocks(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) {
+  quantize_blocks_256(x, block_begin, block_end, acts);
 }
 
 }  // namespace avx2

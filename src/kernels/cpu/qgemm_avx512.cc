@@ -1,5 +1,5 @@
 // The avx512 quantized GEMM: qgemm_avx512-inl.h compiled with and without AVX512-VNNI, and the activation
-// quantizer (bit-identical to quantize_rows_scalar: the same f32 operations, cvtps2dq rounding half to even).
+// quantizer (bit-identical to quantize_blocks_scalar: the same f32 operations, cvtps2dq rounding half to even).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,7 +31,7 @@ namespace {
 
 // Blocks are quantized 16 at a time (a tile): the per-block reductions (amax, the two half sums) run as
 // transpose-reductions that leave block j's value in lane j, and the divisions as one vector division, so nothing
-// per block is horizontal or scalar. The same f32 operations as quantize_rows_scalar (max and integer sums are
+// per block is horizontal or scalar. The same f32 operations as quantize_blocks_scalar (max and integer sums are
 // exact in any order; the divisions are IEEE in both), so the same bits.
 constexpr int kTileBlocks = 16;
 
@@ -124,22 +124,20 @@ TS_Q512 void quantize_block(const float* x, int64_t i, QuantizedRows* acts) {
   acts->sum16[2 * i + 1] = sum_hi;
 }
 
-TS_Q512 void quantize_rows_512(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  // Rows are contiguous and in_features is a multiple of 32, so the blocks of all rows are one sequence, and every
-  // per-block output ([rows, blocks] arrays) is indexed by the block's place in it.
-  const int64_t blocks = int64_t(rows) * (in_features / kQBlock);
-  int64_t i = 0;
-  for (; i + kTileBlocks <= blocks; i += kTileBlocks) quantize_tile_16(x, i, acts);
-  for (; i < blocks; ++i) quantize_block(x, i, acts);
+// Rows are contiguous and in_features is a multiple of 32, so the blocks of all rows are one sequence, and every
+// per-block output ([rows, blocks] arrays) is indexed by the block's place in it.
+TS_Q512 void quantize_blocks_512(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) {
+  int64_t i = block_begin;
+  for (; i + kTileBlocks <= block_end; i += kTileBlocks) quantize_tile_16(x, i, acts);
+  for (; i < block_end; ++i) quantize_block(x, i, acts);
 }
 
 }  // namespace
 
 namespace avx512 {
 
-void quantize_rows(const float* x, int rows, int in_features, QuantizedRows* acts) {
-  acts->shape(rows, in_features);
-  quantize_rows_512(x, rows, in_features, acts);
+void quantize_blocks(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts) {
+  quantize_blocks_512(x, block_begin, block_end, acts);
 }
 
 }  // namespace avx512
