@@ -34,6 +34,9 @@ void rope_default_inv_freq(float theta, int head_dim, float* inv_freq);
 
 // out[i] = silu(gate[i]) * up[i];  gate, up, out: [n] (out may alias gate)
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// swiglu over the rows of a fused gate / up projection, each row as swiglu(row, row + inter, out row, inter) gives it:
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i].  gate_up: [rows, 2 inter], out: [rows, inter]
+void swiglu_rows(const float* gate_up, int rows, int inter, float* out);
 
 // In-place softmax of x: [n]
 void softmax(float* x, int n);

@@ -150,10 +150,7 @@ void mlp_residual(const LayerWeights& w, const LayerShape& shape, float* x, int 
   s.gate_up.resize(size_t(n) * 2 * I);
   w.gate_up.forward(s.h.data(), n, s.gate_up.data());
   s.act.resize(size_t(n) * I);
-  for (int r = 0; r < n; ++r) {
-    const float* gu = &s.gate_up[size_t(r) * 2 * I];  // [gate | up]
-    kernels::swiglu(gu, gu + I, &s.act[size_t(r) * I], I);
-  }
+  kernels::swiglu_rows(s.gate_up.data(), n, I, s.act.data());  // each row [gate | up]
   s.proj.resize(size_t(n) * H);
   w.down.forward(s.act.data(), n, s.proj.data());
   kernels::add(x, s.proj.data(), int64_t(n) * H);

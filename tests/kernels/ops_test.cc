@@ -150,6 +150,26 @@ TEST_P(Ops, SwigluMatchesReference) {
   }
 }
 
+// swiglu_rows gives each row the bits swiglu gives it alone (so its reference is swiglu's), for ragged widths and
+// row counts on both sides of the size where threads split the rows (2 threads here).
+TEST_P(Ops, SwigluRowsEqualSwigluOfEachRow) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (int inter : {1, 13, 16, 100, 1536}) {
+    for (int rows : {1, 3, 17, 40}) {
+      const auto gate_up = random_normal(int64_t(rows) * 2 * inter, 4.0f, uint32_t(rows * 7 + inter));
+      std::vector<float> got(size_t(rows) * inter, -1.0f), want(got.size(), -2.0f);
+      swiglu_rows(gate_up.data(), rows, inter, got.data());
+      for (int r = 0; r < rows; ++r) {
+        const float* gate = gate_up.data() + size_t(r) * 2 * inter;
+        swiglu(gate, gate + inter, want.data() + size_t(r) * inter, inter);
+      }
+      EXPECT_EQ(bit_differences(got.data(), want.data(), got.size()), 0u) << rows << " x " << inter;
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST_P(Ops, SoftmaxMatchesReference) {
   for (int n : {1, 5, 16, 17, 1000, 151936}) {
     auto x = random_normal(n, 3.0f, n);

@@ -72,6 +72,7 @@ KernelTable scalar_entries(const QgemmTable* qgemm) {
   t.rmsnorm = ref::rmsnorm;
   t.rope = ref::rope;
   t.swiglu = ref::swiglu;
+  t.swiglu_rows = scalar::swiglu_rows;
   t.softmax = ref::softmax;
   t.attention = scalar::attention;
   t.attention_bf16kv = scalar::attention;
@@ -106,6 +107,7 @@ KernelTable avx2_entries(const QgemmTable* qgemm) {
   t.rmsnorm = avx2::rmsnorm;
   t.rope = avx2::rope;
   t.swiglu = avx2::swiglu;
+  t.swiglu_rows = avx2::swiglu_rows;
   t.softmax = avx2::softmax;
   t.attention = avx2::attention;
   t.attention_bf16kv = avx2::attention;
@@ -139,6 +141,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
   t.rmsnorm = avx512::rmsnorm;
   t.rope = avx512::rope;
   t.swiglu = avx512::swiglu;
+  t.swiglu_rows = avx512::swiglu_rows;
   t.softmax = avx512::softmax;
   t.attention = avx512::attention;
   t.attention_bf16kv = avx512::attention;
@@ -230,7 +233,7 @@ const KernelTable& active_kernels() { return tables().isa[int(active_isa())]; }
 const QgemmTable& qgemm_table(QgemmKernel k) { return tables().qgemm[int(k)]; }
 
 // The lists below name every pointer of the structs; the sizes keep them from falling behind a new entry.
-static_assert(sizeof(KernelTable) == 27 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
+static_assert(sizeof(KernelTable) == 28 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
 static_assert(sizeof(QgemmTable) == 7 * sizeof(void*), "a new QgemmTable entry needs a line in null_entries");
 
 #define TS_NULL_ENTRY(field) \
@@ -242,6 +245,7 @@ std::vector<std::string> null_entries(const KernelTable& t) {
   TS_NULL_ENTRY(rmsnorm);
   TS_NULL_ENTRY(rope);
   TS_NULL_ENTRY(swiglu);
+  TS_NULL_ENTRY(swiglu_rows);
   TS_NULL_ENTRY(softmax);
   TS_NULL_ENTRY(attention);
   TS_NULL_ENTRY(attention_bf16kv);

@@ -45,6 +45,7 @@ struct KernelTable {
   void (*rope)(float* x, const int32_t* positions, int rows, int heads, int head_dim, const float* inv_freq,
                float attention_scale) = nullptr;
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
+  void (*swiglu_rows)(const float* gate_up, int rows, int inter, float* out) = nullptr;
   void (*softmax)(float* x, int n) = nullptr;
   // Return false if some query row sees no key (the scalar ones throw instead).
   bool (*attention)(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,

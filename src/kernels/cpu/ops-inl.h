@@ -118,6 +118,21 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
                   [&](int64_t v0, int64_t v1) { swiglu_span(gate, up, out, n, v0, v1); });
 }
 
+// Rows split over threads from 16k elements (a 16-row verify of a 1024-wide MLP): exp-bound at ~0.3 ns an element,
+// twice the work per element of activation quantizing, whose split pays from there (docs/results/
+// optimization-notes.md, "Activation quantizing: threads split the blocks").
+constexpr int64_t kParallelSwigluRowsElems = int64_t(1) << 14;
+
+void swiglu_rows(const float* gate_up, int rows, int inter, float* out) {
+  const int64_t vectors = (int64_t(inter) + kW - 1) / kW;
+  parallel_ranges(rows, int64_t(rows) * inter >= kParallelSwigluRowsElems, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* gate = gate_up + size_t(r) * 2 * inter;  // [gate | up]
+      swiglu_span(gate, gate + inter, out + size_t(r) * inter, inter, 0, vectors);
+    }
+  });
+}
+
 // Sum of 4 kW-lane accumulators (acc[j] holds vectors j, j + 4, j + 8, ... of a buffer): the chains are 4x
 // shorter than one accumulator's, so the error of a 150k-entry softmax normaliser stays ~1e-6, and the grouping
 // depends only on the length.

@@ -36,6 +36,9 @@ void rope_default_inv_freq(float theta, int head_dim, float* inv_freq) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) { active_kernels().swiglu(gate, up, out, n); }
+void swiglu_rows(const float* gate_up, int rows, int inter, float* out) {
+  active_kernels().swiglu_rows(gate_up, rows, inter, out);
+}
 void to_bf16_bits(const float* x, int64_t n, uint16_t* bits) { active_kernels().to_bf16_bits(x, n, bits); }
 
 void softmax(float* x, int n) {

@@ -38,6 +38,13 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 
+void swiglu_rows(const float* gate_up, int rows, int inter, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* gate = gate_up + size_t(r) * 2 * inter;
+    ref::swiglu(gate, gate + inter, out + size_t(r) * inter, inter);
+  }
+}
+
 void to_bf16_bits(const float* src, int64_t n, uint16_t* bits) {
   for (int64_t i = 0; i < n; ++i) bits[i] = f32_to_bf16(src[i]);
 }

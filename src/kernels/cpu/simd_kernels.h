@@ -18,6 +18,7 @@ void exp_normalize(const float* logits, int n, float scale, float max_z, float* 
 void widen_row(const uint16_t* src, bool is_bf16, int dim, float* dst);
 void round_to_bf16(const float* src, float* dst, int64_t n);
 void to_bf16_bits(const float* src, int64_t n, uint16_t* bits);
+void swiglu_rows(const float* gate_up, int rows, int inter, float* out);
 // ref::attention_strided* (which throw themselves when a row sees no key) with the vector kernels' signature.
 bool attention(const float* q, const float* k, const float* v, int64_t kv_row_stride, int64_t kv_head_stride,
                const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim,
