@@ -81,9 +81,7 @@ inline float load_elem(const uint8_t* buffer, size_t i, DType dtype) {
   return dtype == DType::F32 ? reinterpret_cast<const float*>(buffer)[i]
                              : bf16_to_f32(reinterpret_cast<const uint16_t*>(buffer)[i]);
 }
-}  // namespace
 
-namespace {
 // K rows [n, kv_heads, head_dim] of element type T into a cache buffer's key tiles: key (own row `row0` + r, head g,
 // dim d) at key_index(g, row0 + r, d). For one head and dimension, the rows of a tile are neighbouring lanes.
 template <typename T, typename KeyIndex>
