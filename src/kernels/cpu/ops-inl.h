@@ -118,9 +118,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
                   [&](int64_t v0, int64_t v1) { swiglu_span(gate, up, out, n, v0, v1); });
 }
 
-// Rows split over threads from 16k elements (a 16-row verify of a 1024-wide MLP): exp-bound at ~0.3 ns an element,
-// twice the work per element of activation quantizing, whose split pays from there (docs/results/
-// optimization-notes.md, "Activation quantizing: threads split the blocks").
+// Rows split over threads from 16k elements, where splitting the activations' quantizing (half the work per element)
+// starts to pay (docs/results/optimization-notes.md, "Activation quantizing: threads split the blocks").
 constexpr int64_t kParallelSwigluRowsElems = int64_t(1) << 14;
 
 void swiglu_rows(const float* gate_up, int rows, int inter, float* out) {

@@ -18,8 +18,8 @@ namespace ts::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kParallelQPackValues = int64_t(1) << 22;
-constexpr int64_t kParallelQuantizeValues = int64_t(1) << 14;  // as pack_bf16: a tiny model's load starts no worker
+constexpr int64_t kParallelQPackValues = int64_t(1) << 22;  // as pack_bf16: a tiny model's load starts no worker
+constexpr int64_t kParallelQuantizeValues = int64_t(1) << 14;  // quantize_rows
 
 uint16_t block_scale(const uint8_t* block) {
   uint16_t d;
