@@ -1,5 +1,5 @@
 // The avx2 K-quant GEMM: qgemm_k_avx2-inl.h compiled with and without AVX-VNNI (the activations come from
-// qgemm_avx2.cc's quantize_rows, shared with Q8_0 / Q4_0).
+// qgemm_avx2.cc's quantize_blocks, shared with Q8_0 / Q4_0).
 #include <immintrin.h>
 
 #include "kernels/cpu/qgemm_k.h"

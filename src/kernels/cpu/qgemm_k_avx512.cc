@@ -1,5 +1,5 @@
 // The avx512 K-quant GEMM: qgemm_k_avx512-inl.h compiled with and without AVX512-VNNI (the activations come from
-// qgemm_avx512.cc's quantize_rows, shared with Q8_0 / Q4_0).
+// qgemm_avx512.cc's quantize_blocks, shared with Q8_0 / Q4_0).
 #include <immintrin.h>
 
 #include "kernels/cpu/qgemm_k.h"
