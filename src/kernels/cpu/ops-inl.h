@@ -11,8 +11,9 @@
 
 namespace ts::kernels::cpu::TS_SIMD_NS {
 
-// Below this many elements a parallel region costs more than it saves: a hand-off costs a few microseconds, about what
-// these ops take to stream 32k elements on one core (docs/results/optimization-notes.md, "Thread hand-off cost").
+// Below this many elements a parallel region was measured to cost more than it saves (docs/results/
+// optimization-notes.md, "Thread hand-off cost"; swiglu_rows splits from fewer, "Activation quantizing: threads split
+// the blocks").
 constexpr int64_t kParallelMinElems = 1 << 15;
 
 // Vectors [v0, v1) of [0, n) (vector v covers elements v kW ...).

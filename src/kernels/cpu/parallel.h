@@ -1,6 +1,6 @@
-// Internal: how the kernels split work over threads (core/thread_pool.h). Small calls never reach the pool: even a
-// hand-off to a spinning worker costs about a microsecond, and a tiny model's decode step runs ~60 kernels
-// (docs/results/optimization-notes.md, "Thread hand-off cost").
+// Internal: how the kernels split work over threads (core/thread_pool.h). Small calls never reach the pool: a hand-off
+// to a spinning worker costs a fraction of a microsecond (more when the worker sleeps or its core is busy), and a
+// tiny model's decode step runs ~60 kernels (docs/results/optimization-notes.md, "Thread hand-off cost").
 // Splits only ever assign whole rows / column groups / vectors to tasks, so results never depend on the threads.
 #pragma once
 
