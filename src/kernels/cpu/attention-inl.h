@@ -501,7 +501,8 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
     // keeps its visible keys.
     int partial_pairs = 0;
     for (int i = 0; i < rows; ++i) {
-      if (s.cursor[i] == s.first[i] || s.dense_row[i]) continue;  // nothing visible here, or the block went to the tiles
+      // nothing visible here, or the block went to the tiles
+      if (s.cursor[i] == s.first[i] || s.dense_row[i]) continue;
       for (int g = 0; g < group; ++g, ++partial_pairs) {
         s.row_q[partial_pairs] = q_of(i, g);
         s.row_s[partial_pairs] = s.row_scores.data() + size_t(partial_pairs) * kKeyBlock;  // [j1 - j0] keys j0...

@@ -4,9 +4,10 @@
 // (attention_avx512bf16.cc).
 //
 // Operands: q and the softmax numerators p are rounded to bf16 (round to nearest even, by vcvtneps2bf16), as a bf16
-// model's own framework rounds them before its QK and PV products; K and V are bf16 already. Arithmetic (Intel SDM): per lane,
-// acc += a_odd b_odd, then acc += a_even b_even, each product exact, each add rounded to nearest even, denormal
-// inputs and results flushed to zero. So a lane's result depends only on its own operand pairs, in order:
+// model's own framework rounds them before its QK and PV products; K and V are bf16 already. Arithmetic (Intel
+// SDM): per lane, acc += a_odd b_odd, then acc += a_even b_even, each product exact, each add rounded to nearest
+// even, denormal inputs and results flushed to zero. So a lane's result depends only on its own operand pairs, in
+// order:
 //   QK: lane = key, pairs (q[d], q[d + 1]) x (k[d], k[d + 1]) for d = 0, 2, 4, ... The tile's rows d and d + 1
 //       ([d][16] each, adjacent in memory) are interleaved into one vector of 16 (k[d], k[d + 1]) pairs.
 //   PV: lane = output dimension, pairs (p_t, p_t+1) x (v_t, v_t+1) of the row's visible-key list, t = 0, 2, 4, ...

@@ -69,8 +69,7 @@ TS_BF16 void convert_rows_to_bf16(const float* x, int rows, int in_features, uin
     uint16_t* dst = x_bits + size_t(r) * kp;
     for (int i = 0; i < in_features; i += kW) {
       const int64_t left = in_features - i;
-      const __m512i bits = _mm512_srli_epi32(avx512::as_int(avx512::round_bf16(avx512::load_n(src + i, left))), 16);
-      _mm256_mask_storeu_epi16(dst + i, avx512::tail(left), _mm512_cvtepi32_epi16(bits));
+      avx512::store_bf16_bits_n(dst + i, avx512::round_bf16(avx512::load_n(src + i, left)), left);
     }
     if (kp != in_features) dst[in_features] = 0;
   }
