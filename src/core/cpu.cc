@@ -43,17 +43,19 @@ const CpuFeatures& cpu_features() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
     f.f16c = (ecx >> 29) & 1;
-    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16; then Linux must grant the tile state.
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16, bit 25 AMX-INT8; then Linux must grant the tile state.
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-    const bool amx_cpuid = ((edx >> 24) & 1) && ((edx >> 22) & 1);
+    const bool amx_tile = (edx >> 24) & 1, amx_bf16 = (edx >> 22) & 1, amx_int8 = (edx >> 25) & 1;
     f.avx512_vnni = f.avx512f && ((ecx >> 11) & 1);  // leaf 7 ECX bit 11
     const unsigned max_leaf7_subleaf = eax;
     if (max_leaf7_subleaf >= 1) {  // leaf 7 sub-leaf 1: EAX bit 4 AVX-VNNI
       __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(1));
       f.avx_vnni = f.avx2 && ((eax >> 4) & 1);
     }
-    f.amx_bf16 = amx_cpuid && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16 &&
-                 request_amx_permission();
+    const bool tiles = amx_tile && (amx_bf16 || amx_int8) && f.avx512f && f.avx512bw && f.avx512vl &&
+                       request_amx_permission();
+    f.amx_bf16 = tiles && amx_bf16 && f.avx512_bf16;
+    f.amx_int8 = tiles && amx_int8 && f.avx512_vnni;
     return f;
   }();
   return features;

@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512_vnni = false;  // vpdpbusd on zmm (the quantized GEMM's avx512 kernel; emulated without it)
   bool avx_vnni = false;     // vpdpbusd on ymm, VEX-encoded (the quantized GEMM's avx2 kernel; emulated without it)
   bool amx_bf16 = false;  // AMX-TILE and AMX-BF16 in CPUID, and Linux granted this process the tile state
+  bool amx_int8 = false;  // AMX-TILE and AMX-INT8 in CPUID, and the tile state granted (the quantized GEMM's tiles)
 };
 
 const CpuFeatures& cpu_features();

@@ -183,7 +183,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
 }
 
 constexpr int kIsas = 5;    // Isa::Scalar .. Isa::Amx
-constexpr int kQgemms = 5;  // QgemmKernel::Scalar .. QgemmKernel::Avx512Vnni
+constexpr int kQgemms = 6;  // QgemmKernel::Scalar .. QgemmKernel::Amx
 
 // Filled in place (the ISA tables point into the quantized ones), once, on first use.
 struct Tables {
@@ -204,6 +204,8 @@ struct Tables {
                              avx512_plain::run_groups, avx512k_plain::run_groups_k};
     qgemm[int(K::Avx512Vnni)] = {K::Avx512Vnni, "avx512-vnni", "qgemm-avx512-vnni", avx512 && f.avx512_vnni,
                                  avx512::quantize_blocks, avx512_vnni::run_groups, avx512k_vnni::run_groups_k};
+    qgemm[int(K::Amx)] = {K::Amx, "amx-int8", "qgemm-amx-int8", avx512 && f.avx512_vnni && f.amx_int8,
+                          avx512::quantize_blocks, amx_int8::run_groups, amx_int8::run_groups_k};
     auto best = [&](QgemmKernel vnni, QgemmKernel plain) {
       return qgemm[int(vnni)].supported ? &qgemm[int(vnni)] : &qgemm[int(plain)];
     };
@@ -211,7 +213,9 @@ struct Tables {
     const QgemmTable* q512 = best(QgemmKernel::Avx512Vnni, QgemmKernel::Avx512);
     isa[int(Isa::Scalar)] = scalar_entries(&qgemm[int(QgemmKernel::Scalar)]);
     isa[int(Isa::Avx2)] = avx2_entries(q2);
-    for (Isa wide : {Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) isa[int(wide)] = avx512_entries(wide, q512);
+    for (Isa wide : {Isa::Avx512, Isa::Avx512Bf16}) isa[int(wide)] = avx512_entries(wide, q512);
+    const QgemmTable* q_amx = qgemm[int(K::Amx)].supported ? &qgemm[int(K::Amx)] : q512;
+    isa[int(Isa::Amx)] = avx512_entries(Isa::Amx, q_amx);
   }
 };
 

@@ -143,7 +143,7 @@ bool qgemm_kernel_supported(QgemmKernel k) { return qgemm_table(k).supported; }
 std::vector<QgemmKernel> qgemm_supported_kernels() {
   std::vector<QgemmKernel> out;
   for (QgemmKernel k : {QgemmKernel::Scalar, QgemmKernel::Avx2, QgemmKernel::Avx2Vnni, QgemmKernel::Avx512,
-                        QgemmKernel::Avx512Vnni}) {
+                        QgemmKernel::Avx512Vnni, QgemmKernel::Amx}) {
     if (qgemm_kernel_supported(k)) out.push_back(k);
   }
   return out;

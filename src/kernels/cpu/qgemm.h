@@ -88,12 +88,14 @@ struct QuantizedRows {
   }
 };
 
-// The kernel variants. Each needs its ISA's CPU features (plus VNNI for the *_vnni ones).
-enum class QgemmKernel { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni };
+// The kernel variants. Each needs its ISA's CPU features (plus VNNI for the *_vnni ones, and AMX-INT8 with the OS's
+// tile permission for Amx).
+enum class QgemmKernel { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Amx };
 const char* qgemm_kernel_name(QgemmKernel k);
 bool qgemm_kernel_supported(QgemmKernel k);
 std::vector<QgemmKernel> qgemm_supported_kernels();
-// What active_isa() runs: avx512* -> Avx512Vnni or Avx512, avx2 -> Avx2Vnni or Avx2, scalar -> Scalar.
+// What active_isa() runs: amx -> Amx where the CPU has AMX-INT8, avx512* -> Avx512Vnni or Avx512, avx2 ->
+// Avx2Vnni or Avx2, scalar -> Scalar.
 QgemmKernel qgemm_active_kernel();
 
 // x: [rows, in] -> acts. Same bits from every kernel variant.
@@ -121,11 +123,21 @@ void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, f
 namespace avx512_plain {
 void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                 int in_features, int group_begin, int group_end);
+// Only rows [row_begin, row_end) (amx_int8's rows that do not fill its tiles).
+void run_rows(QuantType t, const QuantizedRows& acts, int row_begin, int row_end, const uint8_t* packed, float* y,
+              int out_features, int in_features, int group_begin, int group_end);
 }  // namespace avx512_plain
 namespace avx512_vnni {
 void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                 int in_features, int group_begin, int group_end);
+// Only rows [row_begin, row_end) (amx_int8's rows that do not fill its tiles).
+void run_rows(QuantType t, const QuantizedRows& acts, int row_begin, int row_end, const uint8_t* packed, float* y,
+              int out_features, int in_features, int group_begin, int group_end);
 }  // namespace avx512_vnni
+namespace amx_int8 {  // qgemm_amx.cc: AMX tile products; fewer than 4 rows run avx512_vnni's tiles
+void run_groups(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end);
+}  // namespace amx_int8
 namespace avx2 {
 void quantize_blocks(const float* x, int64_t block_begin, int64_t block_end, QuantizedRows* acts);
 }  // namespace avx2

@@ -99,19 +99,20 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
 }
 
+// Rows [row_begin, row_end) of groups [group_begin, group_end).
 template <QuantType kT>
-TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
-                        int group_begin, int group_end) {
+TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
+                        int out_features, int in_features, int group_begin, int group_end) {
   const int nb = in_features / kQBlock;
   const size_t gb = qgemm_group_block_bytes(kT);
   for (int g = group_begin; g < group_end; ++g) {
     const uint8_t* group = packed + size_t(g) * nb * gb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows<kT>) {
-      with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, a.rows - row0), [&](auto rows) {
+    for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
+      with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+                                        out_features, valid, row0 == row_begin);
       });
     }
   }
@@ -119,10 +120,18 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
 
 }  // namespace
 
+void run_rows(QuantType t, const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
+              int out_features, int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q8_0) {
+    return groups<QuantType::Q8_0>(a, row_begin, row_end, packed, y, out_features, in_features, group_begin,
+                                   group_end);
+  }
+  groups<QuantType::Q4_0>(a, row_begin, row_end, packed, y, out_features, in_features, group_begin, group_end);
+}
+
 void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
                 int in_features, int group_begin, int group_end) {
-  if (t == QuantType::Q8_0) return groups<QuantType::Q8_0>(a, packed, y, out_features, in_features, group_begin, group_end);
-  groups<QuantType::Q4_0>(a, packed, y, out_features, in_features, group_begin, group_end);
+  run_rows(t, a, 0, a.rows, packed, y, out_features, in_features, group_begin, group_end);
 }
 
 }  // namespace ts::kernels::cpu::TS_Q_NS

@@ -83,10 +83,20 @@ void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed,
 namespace avx512k_plain {
 void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                   int in_features, int group_begin, int group_end);
+// Only rows [row_begin, row_end) (amx_int8's rows that do not fill its tiles).
+void run_rows_k(QuantType t, const QuantizedRows& acts, int row_begin, int row_end, const uint8_t* packed, float* y,
+                int out_features, int in_features, int group_begin, int group_end);
 }  // namespace avx512k_plain
 namespace avx512k_vnni {
 void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
                   int in_features, int group_begin, int group_end);
+// Only rows [row_begin, row_end) (amx_int8's rows that do not fill its tiles).
+void run_rows_k(QuantType t, const QuantizedRows& acts, int row_begin, int row_end, const uint8_t* packed, float* y,
+                int out_features, int in_features, int group_begin, int group_end);
 }  // namespace avx512k_vnni
+namespace amx_int8 {  // qgemm_amx.cc: Q4_K on AMX tiles; Q6_K and fewer than 4 rows run avx512k_vnni's
+void run_groups_k(QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end);
+}  // namespace amx_int8
 
 }  // namespace ts::kernels::cpu

@@ -13,18 +13,6 @@
 namespace ts::kernels::cpu::TS_Q_NS {
 namespace {
 
-// Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
-// (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
-// alone a one-row Q4_K product streams from DRAM well below Q4_0's bandwidth (docs/results/optimization-notes.md,
-// "K-quant GEMM: software prefetch of the weight stream").
-constexpr int kPrefetchSupers = 2;
-template <size_t kSuperBytes>
-TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
-  const char* p = reinterpret_cast<const char*>(sb + kPrefetchSupers * kSuperBytes + kSuperBytes / 8 * part);
-  #pragma GCC unroll 8
-  for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
-}
-
 // Rows per tile: 8, and 16 for Q6_K, whose 3360-byte group super-blocks stream from DRAM faster than 8 rows
 // consume them at the integer peak (as Q8_0's, qgemm_avx512-inl.h); 16 accumulators and 8 weight quads fit the
 // 32 zmm registers. Q4_K gained nothing from 16 (bench_linear).
@@ -32,29 +20,7 @@ template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q6_K ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
-
-// (a & 0x0F) | b per byte, for b with a zero low nibble.
-TS_Q_TARGET inline __m512i low_nibble_or(__m512i a, __m512i b) {
-  return _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi8(0x0F), 0xEC);  // (A & C) | B
-}
-
-TS_Q_TARGET inline __m512i bits_4_5(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x30)); }
-
-// Q4_K's 6-bit scales and mins of one group super-block as bytes: sc, mn: [8 j][16 lanes]. Four 64-byte stores; a
-// sub-block's 16 bytes are read back (widened) one block later, long after the stores have retired.
-TS_Q_TARGET inline void q4k_scale_bytes(const uint8_t* sb, uint8_t* sc, uint8_t* mn) {
-  const __m512i lo_a = _mm512_loadu_si512(sb + 64), lo_b = _mm512_loadu_si512(sb + 128);
-  const __m512i hi = _mm512_loadu_si512(sb + 192);
-  _mm512_store_si512(sc, low_nibble_or(lo_a, bits_4_5(_mm512_slli_epi16(hi, 4))));
-  _mm512_store_si512(sc + 64, low_nibble_or(lo_b, bits_4_5(hi)));
-  _mm512_store_si512(mn, low_nibble_or(_mm512_srli_epi16(lo_a, 4), bits_4_5(_mm512_slli_epi16(hi, 2))));
-  _mm512_store_si512(mn + 64, low_nibble_or(_mm512_srli_epi16(lo_b, 4), bits_4_5(_mm512_srli_epi16(hi, 2))));
-}
-
-// scale[lane] * bytes[lane] for 16 lanes: exact (an f16 value times a 6-bit integer).
-TS_Q_TARGET inline __m512 scale_16(__m512 scale, const uint8_t* bytes) {
-  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes)))));
-}
+#include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
 
 template <int R>
 TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
@@ -173,19 +139,20 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   }
 }
 
+// Rows [row_begin, row_end) of groups [group_begin, group_end).
 template <QuantType kT>
-TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
-                        int group_begin, int group_end) {
+TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
+                        int out_features, int in_features, int group_begin, int group_end) {
   const int ns = in_features / kQSuper;
   const size_t gsb = qgemm_k_group_super_bytes(kT);
   for (int g = group_begin; g < group_end; ++g) {
     const uint8_t* group = packed + size_t(g) * ns * gsb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows<kT>) {
-      with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, a.rows - row0), [&](auto rows) {
+    for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
+      with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+                                        out_features, valid, row0 == row_begin);
       });
     }
   }
@@ -193,12 +160,18 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
 
 }  // namespace
 
+void run_rows_k(QuantType t, const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
+                int out_features, int in_features, int group_begin, int group_end) {
+  if (t == QuantType::Q4_K) {
+    return groups<QuantType::Q4_K>(a, row_begin, row_end, packed, y, out_features, in_features, group_begin,
+                                   group_end);
+  }
+  groups<QuantType::Q6_K>(a, row_begin, row_end, packed, y, out_features, in_features, group_begin, group_end);
+}
+
 void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
                   int in_features, int group_begin, int group_end) {
-  if (t == QuantType::Q4_K) {
-    return groups<QuantType::Q4_K>(a, packed, y, out_features, in_features, group_begin, group_end);
-  }
-  groups<QuantType::Q6_K>(a, packed, y, out_features, in_features, group_begin, group_end);
+  run_rows_k(t, a, 0, a.rows, packed, y, out_features, in_features, group_begin, group_end);
 }
 
 }  // namespace ts::kernels::cpu::TS_Q_NS

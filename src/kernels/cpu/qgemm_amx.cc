@@ -1,0 +1,293 @@
+// The amx quantized GEMM: each 32-value block's integer sums of a row tile and a 16-output group come from one AMX
+// tile product (tdpbsud: signed activation bytes x unsigned weight bytes), and the f32 work that follows is the
+// avx512 tiles' own (qgemm.h, qgemm_k.h: the same operations in the same order, so the same bits).
+//
+// Why: a tree of 8-16 rows is compute-bound on vpdpbusd: per row and block a Q8_0 / Q4_0 / Q4_K tile issues 8
+// dot products and 3-4 f32 operations on the same two vector pipes. Here one tile product does the 8 dot products of
+// up to 16 rows, and the vector pipes keep only the f32 part (docs/results/optimization-notes.md, "AMX-INT8
+// quantized GEMM").
+//
+// Tiles, per block b (one 32-value activation block, one weight block of the group):
+//   A (tmm2 / tmm3): rows x 32 int8, the activations straight from QuantizedRows (row stride in_features bytes).
+//   B (tmm4 / tmm5): 8 rows x 64 bytes: row j holds, for each of the 16 outputs, the 4 weights of k = 4j..4j+3.
+//     Q8_0's packed quants are that layout as stored (w + 128, unsigned). Q4_0's and Q4_K's packed nibbles are
+//     split into bytes first: row j < 4 the low nibbles of quad j, row 4 + j its high nibbles (qgemm.h).
+//   C (tmm0 / tmm1): rows x 16 int32, zeroed per block: the block's exact integer sums, stored to memory and read
+//     back by the f32 step. Q8_0 and Q4_0 add the weight offset's correction there (sum_neg128, sum_neg8), as the
+//     avx512 tiles start their sums with it; Q4_K's nibbles have no offset.
+// Blocks alternate between the two tile sets: block b + 1's product is issued before block b's f32 step, so the
+// tile unit and the vector pipes overlap.
+// Below kMinAmxRows rows a call runs the avx512-vnni tiles (the same bits); Q6_K (16-value sub-blocks) always does.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/qgemm.h"
+#include "kernels/cpu/qgemm_k.h"
+
+// GCC 12's _mm512_cvt* intrinsics trip a false (maybe-)uninitialized warning in its headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define TS_Q_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni,amx-tile,amx-int8")))
+
+// The tile's helpers inline into it, so its accumulators stay in registers.
+#define TS_INLINE __attribute__((always_inline)) inline
+
+namespace ts::kernels::cpu::amx_int8 {
+namespace {
+
+#include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
+
+constexpr int kTileRows = 16;  // rows of A and C per tile
+// Rows of a tile below this run the avx512-vnni tiles instead: a tile product's issue, its sums' store and read-back
+// cost about as much whatever the rows, and below 12 rows the vnni tiles were as fast or faster (bench_linear,
+// docs/results/optimization-notes.md, "AMX-INT8 quantized GEMM").
+constexpr int kMinAmxRows = 12;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes per row of tile i
+  uint8_t rows[16] = {};
+};
+
+TileConfig make_config(int rows) {
+  TileConfig c;
+  for (int t = 0; t < 4; ++t) c.colsb[t] = 64, c.rows[t] = uint8_t(rows);      // C: rows x 16 int32
+  for (int t = 4; t < 6; ++t) c.colsb[t] = kQBlock, c.rows[t] = uint8_t(rows);  // A: rows x 32 int8
+  for (int t = 6; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = kQBlock / 4;         // B: 8 x 64 bytes
+  return c;
+}
+
+// What a tile reads besides the weights.
+struct Rows {
+  const int8_t* q;      // [rows, in_features] from the tile's first row
+  const float* dx;      // [rows, nb]
+  const float* dsum;    // [rows, nb] (Q4_K's min term)
+  int in_features, nb;
+};
+
+// B's 512 bytes of a block, as signed weights (Q8_0, Q4_0: the offsets removed) or Q4_K's unsigned nibbles.
+// Q8_0: 8 rows of w + 128 -> w. Q4_0 / Q4_K: the 256 bytes of 4 nibble quads -> low nibbles, then high nibbles (less 8
+// for Q4_0).
+template <QuantType kT>
+TS_Q_TARGET TS_INLINE void weight_bytes(const uint8_t* quants, uint8_t* b) {
+  if constexpr (kT == QuantType::Q8_0) {
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+      _mm512_store_si512(b + 64 * j, _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * j), _mm512_set1_epi8(char(0x80))));
+    return;
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i offset = _mm512_set1_epi8(kT == QuantType::Q4_0 ? 8 : 0);
+  #pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(quants + 64 * j);
+    _mm512_store_si512(b + 64 * j, _mm512_sub_epi8(_mm512_and_si512(v, low4), offset));
+    _mm512_store_si512(b + 256 + 64 * j, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), offset));
+  }
+}
+
+// B's bytes are prepared kSplitAhead blocks ahead of their step, in a ring of kRing slots (kRing > kSplitAhead: a
+// slot is rewritten only after the tile load that read it).
+constexpr int kSplitAhead = 7, kRing = 8;
+
+template <QuantType kT>
+constexpr size_t kBlockStride = kT == QuantType::Q8_0 ? 544 : 288;  // bytes per group block (Q8_0 / Q4_0)
+
+// The group's weights of block b: Q8_0 / Q4_0 blocks are kBlockStride apart, Q4_K's 8 blocks of a super-block are
+// 256-byte sub-blocks after its 256 bytes of scales.
+template <QuantType kT>
+TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* group, int b) {
+  if constexpr (kT == QuantType::Q4_K)
+    return group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes + 256 + 256 * (b % kQBlocksPerSuper);
+  return group + size_t(b) * kBlockStride<kT> + 32;
+}
+
+// Q4_0 / Q4_K: block b's nibbles split into its ring slot, and the weight stream prefetched ahead, as the avx512
+// tiles read it (into the next groups at the end of this one).
+template <QuantType kT>
+TS_Q_TARGET TS_INLINE void prepare(const uint8_t* group, int b, uint8_t (*ring)[512], bool prefetch) {
+  const uint8_t* quants = block_quants<kT>(group, b);
+  if (prefetch) {
+    if constexpr (kT == QuantType::Q4_K) {
+      const uint8_t* sb = group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
+      prefetch_part<kQ4KGroupSuperBytes>(sb, b % kQBlocksPerSuper);
+    } else {
+      const char* p = reinterpret_cast<const char*>(quants - 32 + 2048);
+      #pragma GCC unroll 9
+      for (size_t line = 0; line < kBlockStride<kT>; line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
+    }
+  }
+  weight_bytes<kT>(quants, ring[b % kRing]);
+}
+
+// Starts block b's product in C tile kC (A and B: tmm4 + kC % 2, tmm6 + kC % 2).
+template <QuantType kT, int kC>
+TS_Q_TARGET TS_INLINE void issue(const Rows& x, int b, uint8_t (*ring)[512]) {
+  const int8_t* a = x.q + size_t(b) * kQBlock;
+  const uint8_t* w = ring[b % kRing];
+  __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm that do not say they read memory
+  // GCC's tile intrinsics paste the tile number into the instruction text: literals only.
+#define TS_AMX_BLOCK(C, A, B)            \
+  do {                                   \
+    _tile_zero(C);                       \
+    _tile_loadd(A, a, x.in_features);    \
+    _tile_loadd(B, w, 64);               \
+    if constexpr (kT == QuantType::Q4_K) \
+      _tile_dpbsud(C, A, B);             \
+    else                                 \
+      _tile_dpbssd(C, A, B);             \
+  } while (0)
+  if constexpr (kC == 0) TS_AMX_BLOCK(0, 4, 6);
+  if constexpr (kC == 1) TS_AMX_BLOCK(1, 5, 7);
+  if constexpr (kC == 2) TS_AMX_BLOCK(2, 4, 6);
+  if constexpr (kC == 3) TS_AMX_BLOCK(3, 5, 7);
+#undef TS_AMX_BLOCK
+}
+
+// C tile kC -> c: [rows][16] int32.
+template <int kC>
+TS_Q_TARGET TS_INLINE void store_sums(int32_t* c) {
+  if constexpr (kC == 0) _tile_stored(0, c, 64);
+  if constexpr (kC == 1) _tile_stored(1, c, 64);
+  if constexpr (kC == 2) _tile_stored(2, c, 64);
+  if constexpr (kC == 3) _tile_stored(3, c, 64);
+  __asm__ volatile("" ::: "memory");  // nor that they write it
+}
+
+// Q4_K's per-super-block state: its scales and mins as bytes (q4k_scale_bytes), read by its 8 blocks.
+struct Q4KScales {
+  alignas(64) uint8_t sc[128], mn[128];  // [8 j][16 lanes]
+};
+
+// Block b's f32 step for R rows: c holds its integer sums [R][16].
+template <QuantType kT, int R>
+TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* group, int b, const int32_t* c, Q4KScales& k4,
+                               __m512 (&acc)[R]) {
+  if constexpr (kT == QuantType::Q4_K) {
+    const int j = b % kQBlocksPerSuper;
+    const uint8_t* sb = group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
+    if (j == 0) q4k_scale_bytes(sb, k4.sc, k4.mn);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+    const __m512 ds = scale_16(d, k4.sc + 16 * j), dm = scale_16(dmin, k4.mn + 16 * j);  // d * sc_j, dmin * m_j
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * r));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(ds, _mm512_set1_ps(x.dx[size_t(r) * x.nb + b])), isum, acc[r]);
+      acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(x.dsum[size_t(r) * x.nb + b]), acc[r]);  // fma(-dm, dsum, acc)
+    }
+  } else {
+    const __m512 wscale = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + size_t(b) * kBlockStride<kT>)));
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512i s = _mm512_load_si512(c + 16 * r);
+      const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(x.dx[size_t(r) * x.nb + b]));
+      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), acc[r]);
+    }
+  }
+}
+
+// Block b's step (b % 4 == kPos): prepare block b + kSplitAhead's weight bytes, issue block b + 3, store block
+// b + 1's sums, then block b's f32 work on the sums stored one step earlier. Four C tiles keep three products in
+// flight, and a tile load reads weight bytes stored kSplitAhead - 3 steps earlier (a tile load right after the vector
+// stores it reads waits for them to leave the store buffer).
+template <QuantType kT, int R, int kPos>
+TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* group, int b, uint8_t (*ring)[512],
+                                int32_t (*c_buf)[kTileRows * 16], Q4KScales& k4, __m512 (&acc)[R], bool prefetch) {
+  if (b + kSplitAhead < x.nb) prepare<kT>(group, b + kSplitAhead, ring, prefetch);
+  if (b + 3 < x.nb) issue<kT, (kPos + 3) % 4>(x, b + 3, ring);
+  if (b + 1 < x.nb) store_sums<(kPos + 1) % 4>(c_buf[(b + 1) % 2]);
+  finish<kT, R>(x, group, b, c_buf[b % 2], k4, acc);
+}
+
+// One group's 16 outputs for R rows: y[r, 0..valid_lanes) (row stride ldy).
+template <QuantType kT, int R>
+TS_Q_TARGET void tile(const Rows& x, const uint8_t* group, float* y, int ldy, int valid_lanes, bool prefetch) {
+  __m512 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  alignas(64) int32_t c_buf[2][kTileRows * 16];  // [block % 2][rows][16 outputs]
+  alignas(64) uint8_t ring[kRing][512];          // [block % kRing]: B's bytes
+  Q4KScales k4;
+  const int nb = x.nb;
+  for (int b = 0; b < std::min(nb, kSplitAhead); ++b) prepare<kT>(group, b, ring, prefetch);
+  issue<kT, 0>(x, 0, ring);
+  if (nb > 1) issue<kT, 1>(x, 1, ring);
+  if (nb > 2) issue<kT, 2>(x, 2, ring);
+  store_sums<0>(c_buf[0]);
+  for (int b = 0; b < nb; b += 4) {
+    step<kT, R, 0>(x, group, b, ring, c_buf, k4, acc, prefetch);
+    if (b + 1 < nb) step<kT, R, 1>(x, group, b + 1, ring, c_buf, k4, acc, prefetch);
+    if (b + 2 < nb) step<kT, R, 2>(x, group, b + 2, ring, c_buf, k4, acc, prefetch);
+    if (b + 3 < nb) step<kT, R, 3>(x, group, b + 3, ring, c_buf, k4, acc, prefetch);
+  }
+  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+}
+
+// Rows a tile-sized call runs on AMX: whole 16-row tiles, and the last tile when it has kMinAmxRows rows or more.
+int amx_rows(int rows) {
+  const int tail = rows % kTileRows;
+  return tail >= kMinAmxRows ? rows : rows - tail;
+}
+
+// y for groups [group_begin, group_end): the first amx_rows(rows) rows on AMX tiles, the rest on the avx512-vnni
+// tiles (vnni_rows), group by group so that both read the group while it is in cache.
+template <QuantType kT, class VnniRows>
+TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y, int out_features, int in_features,
+                        int group_begin, int group_end, VnniRows vnni_rows) {
+  const int nb = in_features / kQBlock, tiled_rows = amx_rows(a.rows);
+  const size_t group_bytes = qgemm_packed_bytes(kT, kQGroup, in_features);
+  const TileConfig full = make_config(kTileRows), tail = make_config(std::max(1, tiled_rows % kTileRows));
+  const TileConfig* loaded = nullptr;
+  for (int g = group_begin; g < group_end; ++g) {
+    const uint8_t* group = packed + size_t(g) * group_bytes;
+    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+    for (int row0 = 0; row0 < tiled_rows; row0 += kTileRows) {
+      const int rows = std::min(kTileRows, tiled_rows - row0);
+      const TileConfig* want = rows == kTileRows ? &full : &tail;
+      if (want != loaded) _tile_loadconfig(want), loaded = want;
+      const Rows x{a.q.data() + size_t(row0) * in_features, a.d.data() + size_t(row0) * nb,
+                   a.dsum.data() + size_t(row0) * nb, in_features, nb};
+      float* yt = y + size_t(row0) * out_features + g * kQGroup;
+      with_tile_rows<kTileRows>(rows, [&](auto r) {
+        tile<kT, decltype(r)::value>(x, group, yt, out_features, valid, row0 == 0);
+      });
+    }
+    if (tiled_rows < a.rows) vnni_rows(tiled_rows, g);
+  }
+  if (loaded != nullptr) _tile_release();
+}
+
+}  // namespace
+
+void run_groups(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                int in_features, int group_begin, int group_end) {
+  if (amx_rows(a.rows) == 0)
+    return avx512_vnni::run_groups(t, a, packed, y, out_features, in_features, group_begin, group_end);
+  const auto vnni_rows = [&](int row_begin, int g) {
+    avx512_vnni::run_rows(t, a, row_begin, a.rows, packed, y, out_features, in_features, g, g + 1);
+  };
+  if (t == QuantType::Q8_0)
+    return groups<QuantType::Q8_0>(a, packed, y, out_features, in_features, group_begin, group_end, vnni_rows);
+  groups<QuantType::Q4_0>(a, packed, y, out_features, in_features, group_begin, group_end, vnni_rows);
+}
+
+void run_groups_k(QuantType t, const QuantizedRows& a, const uint8_t* packed, float* y, int out_features,
+                  int in_features, int group_begin, int group_end) {
+  if (amx_rows(a.rows) == 0 || t != QuantType::Q4_K)
+    return avx512k_vnni::run_groups_k(t, a, packed, y, out_features, in_features, group_begin, group_end);
+  const auto vnni_rows = [&](int row_begin, int g) {
+    avx512k_vnni::run_rows_k(t, a, row_begin, a.rows, packed, y, out_features, in_features, g, g + 1);
+  };
+  groups<QuantType::Q4_K>(a, packed, y, out_features, in_features, group_begin, group_end, vnni_rows);
+}
+
+}  // namespace ts::kernels::cpu::amx_int8
