@@ -39,6 +39,7 @@ namespace ts::kernels::cpu::amx_int8 {
 namespace {
 
 #include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
+#include "kernels/cpu/qgemm_k_prefetch-inl.h"
 
 constexpr int kTileRows = 16;  // rows of A and C per tile
 // Rows of a tile below this run the avx512-vnni tiles instead: a tile product's issue, its sums' store and read-back

@@ -14,17 +14,7 @@
 namespace ts::kernels::cpu::TS_Q_NS {
 namespace {
 
-// Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
-// (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
-// alone a one-row Q4_K product streams from DRAM well below Q4_0's bandwidth (docs/results/optimization-notes.md,
-// "K-quant GEMM: software prefetch of the weight stream").
-constexpr int kPrefetchSupers = 2;
-template <size_t kSuperBytes>
-TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
-  const char* p = reinterpret_cast<const char*>(sb + kPrefetchSupers * kSuperBytes + kSuperBytes / 8 * part);
-  #pragma GCC unroll 8
-  for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
-}
+#include "kernels/cpu/qgemm_k_prefetch-inl.h"
 
 // Rows per tile: 4, as qgemm_avx2-inl.h (M = 8 9-11% faster than 3 rows for Q4_K and Q6_K from DRAM).
 constexpr int kMaxTileRows = 4;

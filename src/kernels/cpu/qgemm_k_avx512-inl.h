@@ -21,6 +21,7 @@ constexpr int kMaxTileRows = kT == QuantType::Q6_K ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 #include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
+#include "kernels/cpu/qgemm_k_prefetch-inl.h"
 
 template <int R>
 TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,

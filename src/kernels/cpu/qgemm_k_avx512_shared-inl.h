@@ -1,18 +1,6 @@
-// Internal: what the avx512 K-quant GEMMs share (the weight stream's prefetch, Q4_K's scale bytes), included inside
-// the namespace of qgemm_k_avx512-inl.h and qgemm_amx.cc (after <immintrin.h> and qgemm_k.h; once per namespace, so
-// no include guard). Expects TS_Q_TARGET.
-
-// Software prefetch, kPrefetchSupers super-blocks ahead, an eighth of one per block, by each group's first row tile
-// (the later tiles find the group in L1/L2; a prefetch past the buffer never faults): with the hardware prefetcher
-// alone a one-row Q4_K product streams from DRAM well below Q4_0's bandwidth (docs/results/optimization-notes.md,
-// "K-quant GEMM: software prefetch of the weight stream").
-constexpr int kPrefetchSupers = 2;
-template <size_t kSuperBytes>
-TS_Q_TARGET inline void prefetch_part(const uint8_t* sb, int part) {
-  const char* p = reinterpret_cast<const char*>(sb + kPrefetchSupers * kSuperBytes + kSuperBytes / 8 * part);
-  #pragma GCC unroll 8
-  for (size_t c = 0; c < kSuperBytes / 8; c += 64) _mm_prefetch(p + c, _MM_HINT_T0);
-}
+// Internal: what the avx512 K-quant GEMMs share (Q4_K's scale bytes), included inside the namespace of
+// qgemm_k_avx512-inl.h and qgemm_amx.cc (after <immintrin.h> and qgemm_k.h; once per namespace, so no include
+// guard). Expects TS_Q_TARGET.
 
 // (a & 0x0F) | b per byte, for b with a zero low nibble.
 TS_Q_TARGET inline __m512i low_nibble_or(__m512i a, __m512i b) {
