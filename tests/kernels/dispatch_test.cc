@@ -68,7 +68,7 @@ TEST_F(KernelTables, SetIsaSwitchesTheTableTheOpsRead) {
 }
 
 // Each width reaches its own builds: scalar, avx2 and avx512 share no kernel, and the bf16 variants are avx512
-// with the bf16 GEMM and the attention build (vdpbf16ps over bf16 K/V) replaced.
+// with the bf16 GEMM replaced, avx512bf16 also the attention build (vdpbf16ps over bf16 K/V).
 TEST_F(KernelTables, EachVariantReachesItsOwnBuilds) {
   const std::vector<Isa> isas = supported_isas();
   for (size_t a = 0; a < isas.size(); ++a) {
@@ -79,7 +79,7 @@ TEST_F(KernelTables, EachVariantReachesItsOwnBuilds) {
       if (x.lanes == y.lanes) {  // avx512, avx512bf16, amx
         EXPECT_EQ(x.rmsnorm, y.rmsnorm);
         EXPECT_EQ(x.linear_f32, y.linear_f32);
-        if ((isas[a] == Isa::Avx512) == (isas[b] == Isa::Avx512)) {  // avx512bf16 and amx share their attention
+        if ((isas[a] == Isa::Avx512Bf16) == (isas[b] == Isa::Avx512Bf16)) {  // avx512 and amx share their attention
           EXPECT_EQ(x.attention, y.attention);
           EXPECT_EQ(x.attention_tiled_bf16kv, y.attention_tiled_bf16kv);
         } else {

@@ -171,7 +171,10 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
     t.linear_bf16 = linear_bf16_bits<amx::gemm_bf16>;
     t.linear_bf16_backend = "packed-amx-tdpbf16";
   }
-  if (isa == Isa::Avx512Bf16 || isa == Isa::Amx) {  // vdpbf16ps for attention over bf16 K/V
+  // vdpbf16ps for attention over bf16 K/V on avx512bf16 only: on the AMX Xeons measured vdpbf16ps retires at half
+  // the zmm FMA rate or less, and the FMA attention over widened bf16 was 1.3x faster at 8-16 query rows and the
+  // same at one (docs/results/optimization-notes.md, "Attention on amx: FMAs, not vdpbf16ps").
+  if (isa == Isa::Avx512Bf16) {
     t.attention = avx512bf16::attention;
     t.attention_bf16kv = avx512bf16::attention;
     t.attention_paged = avx512bf16::attention_paged;
