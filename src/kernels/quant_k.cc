@@ -140,19 +140,21 @@ void pack_scales_q4k(const uint8_t* scale6, const uint8_t* min6, uint8_t* packed
   }
 }
 
-void quantize_block_q4k(const float* x, BlockQ4_K* y) {
-  uint8_t levels[kQK_K];
-  float scales[kQ4KSubBlocks], neg_mins[kQ4KSubBlocks];
+}  // namespace
+
+float fit_q4k_sub_block(const float* x, uint8_t* levels, float* neg_min) {
+  // Weights (ggml's, without an importance matrix): the sub-block's rms plus |x|, favouring large values.
+  float sum_x2 = 0;
+  for (int l = 0; l < kQ4KSubValues; ++l) sum_x2 += x[l] * x[l];
+  const float rms = std::sqrt(sum_x2 / kQ4KSubValues);
+  float weights[kQ4KSubValues];
+  for (int l = 0; l < kQ4KSubValues; ++l) weights[l] = rms + std::fabs(x[l]);
+  return fit_scale_min(x, weights, levels, neg_min);
+}
+
+void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y) {
   float max_scale = 0, max_neg_min = 0;
   for (int j = 0; j < kQ4KSubBlocks; ++j) {
-    const float* sub = x + kQ4KSubValues * j;
-    // Weights (ggml's, without an importance matrix): the sub-block's rms plus |x|, favouring large values.
-    float sum_x2 = 0;
-    for (int l = 0; l < kQ4KSubValues; ++l) sum_x2 += sub[l] * sub[l];
-    const float rms = std::sqrt(sum_x2 / kQ4KSubValues);
-    float weights[kQ4KSubValues];
-    for (int l = 0; l < kQ4KSubValues; ++l) weights[l] = rms + std::fabs(sub[l]);
-    scales[j] = fit_scale_min(sub, weights, levels + kQ4KSubValues * j, &neg_mins[j]);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (neg_mins[j] > max_neg_min) max_neg_min = neg_mins[j];
   }
@@ -185,6 +187,16 @@ void quantize_block_q4k(const float* x, BlockQ4_K* y) {
   // Nibbles: byte 32c + l holds value 64c + l (low) and 64c + 32 + l (high).
   for (int c = 0; c < kQK_K / 64; ++c)
     for (int l = 0; l < 32; ++l) y->qs[32 * c + l] = uint8_t(levels[64 * c + l] | (levels[64 * c + 32 + l] << 4));
+}
+
+namespace {
+
+void quantize_block_q4k(const float* x, BlockQ4_K* y) {
+  uint8_t levels[kQK_K];
+  float scales[kQ4KSubBlocks], neg_mins[kQ4KSubBlocks];
+  for (int j = 0; j < kQ4KSubBlocks; ++j)
+    scales[j] = fit_q4k_sub_block(x + kQ4KSubValues * j, levels + kQ4KSubValues * j, &neg_mins[j]);
+  finish_block_q4k(x, scales, neg_mins, levels, y);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

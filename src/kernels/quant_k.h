@@ -13,4 +13,10 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb);    // as ggml's qu
 void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nb);  // as ggml's dequantize_row_q4_K
 void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);  // as ggml's dequantize_row_q6_K
 
+// quantize_q4_k's two halves, so that a vector kernel can fit many sub-blocks at once (cpu/quant_k_fit.cc):
+// One 32-value sub-block x: [32] -> levels [32] (0..15); returns its scale, *neg_min = -min >= 0.
+float fit_q4k_sub_block(const float* x, uint8_t* levels, float* neg_min);
+// A super-block x: [256] from its 8 fits (scales, neg_mins: [8]; levels: [256], re-quantized in place) -> y.
+void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y);
+
 }  // namespace ts::kernels::ref

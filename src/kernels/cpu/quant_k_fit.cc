@@ -1,0 +1,191 @@
+// Q4_K quantizing (ref::quantize_q4_k, ggml's quantize_row_q4_K_ref) with its sub-block fits 16 (avx512) or 8
+// (avx2) at a time, one sub-block per vector lane: every lane does ref::fit_q4k_sub_block's f32 operations in its
+// order (no FMA contraction, the same rounding trick), its branches turned into per-lane selects, so the levels,
+// scales and mins are the reference's bits (tests/kernels/quant_k_fit_test.cc compares every byte). The rest of a
+// super-block (6-bit scales, re-quantizing, packing) is ref::finish_block_q4k.
+//
+// Why: the fit tries 21 grids per 32-value sub-block, each a chain of dependent f32 sums, and loading a bf16 model
+// with --quantize q4_k_m spent most of its time there (docs/results/optimization-notes.md, "Q4_K quantizing: fits
+// in vector lanes"). Vertical lanes keep each sub-block's sums in the reference's order.
+//
+// Written once with GCC's vector extensions: the body is always-inline, so each entry point below compiles it for
+// its own target.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quant.h"
+#include "kernels/quant_k.h"
+
+// ggml rounds every product and sum on its own; a contracted multiply-add would change the bits.
+#pragma GCC optimize("fp-contract=off")
+// The vector types only live inside the per-ISA entry points (everything else inlines into them).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace ts::kernels::cpu {
+namespace {
+
+constexpr int kSubValues = 32;     // values per Q4_K sub-block
+constexpr int kSubBlocks = 8;      // sub-blocks per super-block
+constexpr int kMaxLevel = 15;
+
+#define TS_FIT_INLINE __attribute__((always_inline)) inline
+
+// Vectors of kLanes f32 / int32 lanes (comparison results: 0 / -1).
+template <int kLanes>
+struct Vectors;
+template <>
+struct Vectors<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+};
+template <>
+struct Vectors<16> {
+  typedef float F __attribute__((vector_size(64)));
+  typedef int32_t I __attribute__((vector_size(64)));
+};
+
+// The fits for kLanes sub-blocks at once (16 for avx512: two super-blocks; 8 for avx2: one).
+template <int kLanes>
+struct Lanes {
+  using F = typename Vectors<kLanes>::F;
+  using I = typename Vectors<kLanes>::I;
+
+  // ref's nearest_int per lane: adding 1.5 * 2^23 moves the rounded integer into the low mantissa bits.
+  static TS_FIT_INLINE I nearest_int(F v) {
+    const I bits = reinterpret_cast<I>(v + 12582912.0f);
+    return (bits & 0x007fffff) - 0x00400000;
+  }
+
+  // Per lane, mask ? a : b (mask lanes all ones or zero), as bit operations. GCC 12 turns a vector ?: on a mask it
+  // built from several comparisons into per-lane scalar code, and recognizes the bit operations as the same ?:, so
+  // such masks go through opaque() first (an empty asm: GCC no longer knows the lanes are comparison results).
+  static TS_FIT_INLINE I select(I mask, I a, I b) {
+    return (a & mask) | (b & ~mask);
+  }
+  static TS_FIT_INLINE I opaque(I mask) {
+    __asm__("" : "+m"(mask));
+    return mask;
+  }
+  static TS_FIT_INLINE F select(I mask, F a, F b) {
+    return reinterpret_cast<F>(select(mask, reinterpret_cast<I>(a), reinterpret_cast<I>(b)));
+  }
+
+  // ref's unsigned_levels: the nearest of 0..15 to (x - min) * inv_step, per lane.
+  static TS_FIT_INLINE I unsigned_level(F x, F inv_step, F min) {
+    I l = nearest_int(inv_step * (x - min));
+    l = select(l < 0, I{}, l);
+    return select(l > kMaxLevel, I{} + kMaxLevel, l);
+  }
+
+  // kLanes sub-blocks x: [kLanes][32] -> levels [kLanes][32], scales, neg_mins [kLanes], as ref::fit_q4k_sub_block
+  // for each.
+  static TS_FIT_INLINE void fit(const float* x, uint8_t* levels, float* scales, float* neg_mins) {
+    F xt[kSubValues], wt[kSubValues];  // [value][lane]
+    {  // transposed through memory: element inserts into vectors compile to long insert chains
+      alignas(64) float columns[kSubValues][kLanes];
+      for (int lane = 0; lane < kLanes; ++lane)
+        for (int i = 0; i < kSubValues; ++i) columns[i][lane] = x[lane * kSubValues + i];
+      std::memcpy(xt, columns, sizeof columns);
+    }
+    // Weights: the sub-block's rms plus |x|.
+    F sum_x2 = {};
+    for (int i = 0; i < kSubValues; ++i) sum_x2 = sum_x2 + xt[i] * xt[i];
+    F rms;
+    for (int lane = 0; lane < kLanes; ++lane) rms[lane] = std::sqrt(sum_x2[lane] / kSubValues);
+    for (int i = 0; i < kSubValues; ++i)
+      wt[i] = rms + reinterpret_cast<F>(reinterpret_cast<I>(xt[i]) & 0x7fffffff);
+
+    // ref's fit_scale_min, lane by lane.
+    F min = xt[0], max = xt[0], sum_w = wt[0], sum_x = sum_w * xt[0];
+    for (int i = 1; i < kSubValues; ++i) {
+      min = select(xt[i] < min, xt[i], min);
+      max = select(xt[i] > max, xt[i], max);
+      sum_w = sum_w + wt[i];
+      sum_x = sum_x + wt[i] * xt[i];
+    }
+    min = select(opaque(min > 0), F{}, min);
+    const I constant = opaque(max == min);  // the reference returns early: levels 0, scale 0, neg_min -min
+    F inv_step = kMaxLevel / (max - min);
+    F scale = 1 / inv_step;
+    I best[kSubValues];
+    F best_error = {};
+    for (int i = 0; i < kSubValues; ++i) {
+      best[i] = unsigned_level(xt[i], inv_step, min);
+      const F diff = scale * __builtin_convertvector(best[i], F) + min - xt[i];
+      best_error = best_error + wt[i] * (diff * diff);
+    }
+    for (int t = 0; t <= 20; ++t) {
+      inv_step = (-1.0f + 0.1f * t + kMaxLevel) / (max - min);
+      I trial[kSubValues];
+      F sum_l = {}, sum_l2 = {}, sum_xl = {};
+      for (int i = 0; i < kSubValues; ++i) {
+        trial[i] = unsigned_level(xt[i], inv_step, min);
+        const F l = __builtin_convertvector(trial[i], F);
+        sum_l = sum_l + wt[i] * l;
+        sum_l2 = sum_l2 + wt[i] * l * l;
+        sum_xl = sum_xl + wt[i] * l * xt[i];
+      }
+      const F det = sum_w * sum_l2 - sum_l * sum_l;
+      const I fits = opaque(det > 0);  // NaN does not fit, as the reference's `!(det > 0)`
+      F trial_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+      F trial_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+      const I positive_min = opaque(trial_min > 0);
+      trial_scale = select(positive_min, sum_xl / sum_l2, trial_scale);
+      trial_min = select(positive_min, F{}, trial_min);
+      F error = {};
+      for (int i = 0; i < kSubValues; ++i) {
+        const F diff = trial_scale * __builtin_convertvector(trial[i], F) + trial_min - xt[i];
+        error = error + wt[i] * (diff * diff);
+      }
+      const I better = opaque(fits & (error < best_error) & ~constant);
+      for (int i = 0; i < kSubValues; ++i) best[i] = select(better, trial[i], best[i]);
+      best_error = select(better, error, best_error);
+      scale = select(better, trial_scale, scale);
+      min = select(better, trial_min, min);
+    }
+    scale = select(constant, F{}, scale);
+    const F neg_min = -min;
+    std::memcpy(scales, &scale, sizeof scale);
+    std::memcpy(neg_mins, &neg_min, sizeof neg_min);
+    alignas(64) int32_t columns[kSubValues][kLanes];
+    for (int i = 0; i < kSubValues; ++i) {
+      const I l = best[i] & ~constant;
+      std::memcpy(columns[i], &l, sizeof l);
+    }
+    for (int lane = 0; lane < kLanes; ++lane)
+      for (int i = 0; i < kSubValues; ++i) levels[lane * kSubValues + i] = uint8_t(columns[i][lane]);
+  }
+
+  // nb super-blocks of x -> blocks: kLanes / 8 at a time through fit, the rest through the reference's fits.
+  static TS_FIT_INLINE void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
+    BlockQ4_K* y = static_cast<BlockQ4_K*>(blocks);
+    constexpr int kSuper = kSubBlocks * kSubValues, kSupers = kLanes / kSubBlocks;
+    int64_t b = 0;
+    for (; b + kSupers <= nb; b += kSupers) {
+      uint8_t levels[kLanes * kSubValues];
+      float scales[kLanes], neg_mins[kLanes];
+      fit(x + b * kSuper, levels, scales, neg_mins);
+      for (int h = 0; h < kSupers; ++h)
+        ref::finish_block_q4k(x + (b + h) * kSuper, scales + kSubBlocks * h, neg_mins + kSubBlocks * h,
+                              levels + kSuper * h, &y[b + h]);
+    }
+    if (b < nb) ref::quantize_q4_k(x + b * kSuper, &y[b], nb - b);
+  }
+};
+
+}  // namespace
+
+namespace avx2 {
+__attribute__((target("avx2"))) void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
+  Lanes<8>::quantize_q4_k(x, blocks, nb);
+}
+}  // namespace avx2
+
+namespace avx512 {
+__attribute__((target("avx512f,avx512dq"))) void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
+  Lanes<16>::quantize_q4_k(x, blocks, nb);
+}
+}  // namespace avx512
+
+}  // namespace ts::kernels::cpu

@@ -1,0 +1,69 @@
+// The variants' Q4_K quantizers (kernel table entry quantize_q4_k: 16 sub-block fits per vector on avx2 and
+// avx512) against the scalar reference ref::quantize_q4_k, byte for byte. The reference itself equals llama.cpp's
+// (quant_ref_test.cc).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/quant.h"
+#include "kernels/quant_k.h"
+#include "kernel_test_util.h"
+
+namespace ts::kernels::testing {
+namespace {
+
+class QuantizeQ4K : public PerIsa {};
+
+// nb super-blocks of assorted values; every sub-block kind the fit branches on appears at several positions in the
+// 16-lane groups (a constant sub-block, all zero, all positive so that the fitted min wants to be > 0, ...).
+std::vector<float> assorted_values(int nb, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> x(size_t(nb) * kQK_K);
+  for (int s = 0; s < nb * 8; ++s) {  // sub-blocks of 32
+    float* sub = x.data() + size_t(s) * 32;
+    const float scale = std::pow(10.0f, float(int(rng() % 9)) - 4.0f);  // 1e-4 .. 1e4
+    switch (rng() % 10) {
+      case 0: for (int i = 0; i < 32; ++i) sub[i] = 0.0f; break;
+      case 1: for (int i = 0; i < 32; ++i) sub[i] = 0.37f * scale; break;             // constant positive
+      case 2: for (int i = 0; i < 32; ++i) sub[i] = -0.37f * scale; break;            // constant negative
+      case 3: for (int i = 0; i < 32; ++i) sub[i] = scale * (1.0f + uniform(rng)); break;  // all positive
+      case 4: for (int i = 0; i < 32; ++i) sub[i] = -scale * uniform(rng); break;      // all non-positive
+      case 5:
+        for (int i = 0; i < 32; ++i) sub[i] = scale * normal(rng);
+        sub[rng() % 32] = 1e3f * scale;  // one outlier
+        break;
+      case 6: for (int i = 0; i < 32; ++i) sub[i] = 1e-30f * normal(rng); break;  // tiny
+      case 7: for (int i = 0; i < 32; ++i) sub[i] = float(int(rng() % 5)) * scale; break;  // few distinct values
+      default: for (int i = 0; i < 32; ++i) sub[i] = scale * normal(rng); break;
+    }
+  }
+  return x;
+}
+
+TEST_P(QuantizeQ4K, EqualsTheReferenceByteForByte) {
+  const auto quantize = cpu::kernel_table(GetParam()).quantize_q4_k;
+  for (int nb : {1, 2, 3, 7, 64}) {
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+      const std::vector<float> x = assorted_values(nb, seed * 101 + uint32_t(nb));
+      std::vector<BlockQ4_K> want(nb), got(nb);
+      ref::quantize_q4_k(x.data(), want.data(), nb);
+      std::memset(got.data(), 0xAB, sizeof(BlockQ4_K) * nb);
+      quantize(x.data(), got.data(), nb);
+      for (int b = 0; b < nb; ++b) {
+        ASSERT_EQ(std::memcmp(&want[b], &got[b], sizeof(BlockQ4_K)), 0)
+            << nb << " blocks, seed " << seed << ", block " << b;
+      }
+    }
+  }
+}
+
+TS_INSTANTIATE_PER_ISA(QuantizeQ4K);
+
+}  // namespace
+}  // namespace ts::kernels::testing
