@@ -65,15 +65,18 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
            block_values(quant), ", got ", in_features);
   const size_t rb = row_bytes(quant, in_features);
   std::unique_ptr<uint8_t[]> blocks(new uint8_t[rb * out_features]);  // [out][in / 32] blocks, each row written below
-  // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round). Q4_K's
-  // fits take the variant's vector kernel (the reference's bytes, 16 sub-blocks at a time).
+  // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round). The
+  // K-quants' fits take the variant's vector kernels (the reference's bytes, 8 or 16 sub-blocks at a time).
   const auto quantize_q4_k = cpu::active_kernels().quantize_q4_k;
+  const auto quantize_q6_k = cpu::active_kernels().quantize_q6_k;
   cpu::parallel_ranges(out_features, true, [&](int64_t begin, int64_t end) {
     std::vector<float> row(in_features);  // [in]
     for (int64_t o = begin; o < end; ++o) {
       for (int k = 0; k < in_features; ++k) row[k] = weight_f32(weight, weight_dtype, size_t(o) * in_features + k);
       if (quant == QuantType::Q4_K) {
         quantize_q4_k(row.data(), blocks.get() + rb * o, in_features / kQK_K);
+      } else if (quant == QuantType::Q6_K) {
+        quantize_q6_k(row.data(), blocks.get() + rb * o, in_features / kQK_K);
       } else {
         ref::quantize_row(quant, row.data(), blocks.get() + rb * o, in_features);
       }

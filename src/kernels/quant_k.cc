@@ -272,12 +272,13 @@ void pack_levels_q6k(const uint8_t* levels, BlockQ6_K* y) {
   }
 }
 
-void quantize_block_q6k(const float* x, BlockQ6_K* y) {
-  uint8_t levels[kQK_K];
-  float scales[kQ6KSubBlocks];
+}  // namespace
+
+float fit_q6k_sub_block(const float* x, uint8_t* levels) { return fit_scale_q6k(x, levels); }
+
+void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, BlockQ6_K* y) {
   float max_scale = 0, max_abs_scale = 0;  // the scale with the largest magnitude, and that magnitude
   for (int j = 0; j < kQ6KSubBlocks; ++j) {
-    scales[j] = fit_scale_q6k(x + kQ6KSubValues * j, levels + kQ6KSubValues * j);
     const float abs_scale = std::fabs(scales[j]);
     if (abs_scale > max_abs_scale) {
       max_abs_scale = abs_scale;
@@ -306,6 +307,15 @@ void quantize_block_q6k(const float* x, BlockQ6_K* y) {
     }
   }
   pack_levels_q6k(levels, y);
+}
+
+namespace {
+
+void quantize_block_q6k(const float* x, BlockQ6_K* y) {
+  uint8_t levels[kQK_K];
+  float scales[kQ6KSubBlocks];
+  for (int j = 0; j < kQ6KSubBlocks; ++j) scales[j] = fit_scale_q6k(x + kQ6KSubValues * j, levels + kQ6KSubValues * j);
+  finish_block_q6k(x, scales, levels, y);
 }
 
 }  // namespace

@@ -18,5 +18,9 @@ void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);  // as ggml's de
 float fit_q4k_sub_block(const float* x, uint8_t* levels, float* neg_min);
 // A super-block x: [256] from its 8 fits (scales, neg_mins: [8]; levels: [256], re-quantized in place) -> y.
 void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y);
+// quantize_q6_k's halves: one 16-value sub-block x: [16] -> levels [16] (0..63); returns its (signed) scale. A
+// super-block x: [256] from its 16 fits (scales: [16]; levels: [256], re-quantized in place) -> y.
+float fit_q6k_sub_block(const float* x, uint8_t* levels);
+void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, BlockQ6_K* y);
 
 }  // namespace ts::kernels::ref

@@ -1,9 +1,10 @@
-// The variants' Q4_K quantizers (kernel table entry quantize_q4_k: 16 sub-block fits per vector on avx2 and
-// avx512) against the scalar reference ref::quantize_q4_k, byte for byte. The reference itself equals llama.cpp's
-// (quant_ref_test.cc).
+// The variants' K-quant quantizers (kernel table entries quantize_q4_k and quantize_q6_k: sub-block fits in vector
+// lanes on avx2 and avx512) against the scalar references ref::quantize_q4_k / q6_k, byte for byte. The references
+// themselves equal llama.cpp's (quant_ref_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -16,7 +17,7 @@
 namespace ts::kernels::testing {
 namespace {
 
-class QuantizeQ4K : public PerIsa {};
+class KQuantize : public PerIsa {};
 
 // nb super-blocks of assorted values; every sub-block kind the fit branches on appears at several positions in the
 // 16-lane groups (a constant sub-block, all zero, all positive so that the fitted min wants to be > 0, ...).
@@ -46,7 +47,7 @@ std::vector<float> assorted_values(int nb, uint32_t seed) {
   return x;
 }
 
-TEST_P(QuantizeQ4K, EqualsTheReferenceByteForByte) {
+TEST_P(KQuantize, Q4KEqualsTheReferenceByteForByte) {
   const auto quantize = cpu::kernel_table(GetParam()).quantize_q4_k;
   for (int nb : {1, 2, 3, 7, 64}) {
     for (uint32_t seed = 1; seed <= 6; ++seed) {
@@ -63,7 +64,25 @@ TEST_P(QuantizeQ4K, EqualsTheReferenceByteForByte) {
   }
 }
 
-TS_INSTANTIATE_PER_ISA(QuantizeQ4K);
+TEST_P(KQuantize, Q6KEqualsTheReferenceByteForByte) {
+  const auto quantize = cpu::kernel_table(GetParam()).quantize_q6_k;
+  for (int nb : {1, 2, 5, 64}) {
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+      std::vector<float> x = assorted_values(nb, seed * 37 + uint32_t(nb));
+      for (size_t i = 48; i < x.size(); i += 256) std::fill(x.begin() + long(i), x.begin() + long(i) + 16, 0.0f);
+      std::vector<BlockQ6_K> want(nb), got(nb);
+      ref::quantize_q6_k(x.data(), want.data(), nb);
+      std::memset(got.data(), 0xAB, sizeof(BlockQ6_K) * nb);
+      quantize(x.data(), got.data(), nb);
+      for (int b = 0; b < nb; ++b) {
+        ASSERT_EQ(std::memcmp(&want[b], &got[b], sizeof(BlockQ6_K)), 0)
+            << nb << " blocks, seed " << seed << ", block " << b;
+      }
+    }
+  }
+}
+
+TS_INSTANTIATE_PER_ISA(KQuantize);
 
 }  // namespace
 }  // namespace ts::kernels::testing

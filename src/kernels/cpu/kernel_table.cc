@@ -90,6 +90,9 @@ KernelTable scalar_entries(const QgemmTable* qgemm) {
   t.quantize_q4_k = [](const float* x, void* blocks, int64_t nb) {
     ref::quantize_q4_k(x, static_cast<BlockQ4_K*>(blocks), nb);
   };
+  t.quantize_q6_k = [](const float* x, void* blocks, int64_t nb) {
+    ref::quantize_q6_k(x, static_cast<BlockQ6_K*>(blocks), nb);
+  };
   t.linear_f32 = gemm_f32_scalar;
   t.linear_bf16 = linear_bf16_rounded<scalar::round_to_bf16, gemm_bf16_scalar>;
   t.linear_f32_backend = "portable-f32";
@@ -126,6 +129,7 @@ KernelTable avx2_entries(const QgemmTable* qgemm) {
   t.round_to_bf16 = avx2::round_to_bf16;
   t.to_bf16_bits = avx2::to_bf16_bits;
   t.quantize_q4_k = avx2::quantize_q4_k;
+  t.quantize_q6_k = avx2::quantize_q6_k;
   t.linear_f32 = avx2::gemm_f32;
   t.linear_bf16 = linear_bf16_rounded<avx2::round_to_bf16, avx2::gemm_bf16>;
   t.exp_nonpositive_f64 = avx2::exp_nonpositive_f64;
@@ -161,6 +165,7 @@ KernelTable avx512_entries(Isa isa, const QgemmTable* qgemm) {
   t.round_to_bf16 = avx512::round_to_bf16;
   t.to_bf16_bits = avx512::to_bf16_bits;
   t.quantize_q4_k = avx512::quantize_q4_k;
+  t.quantize_q6_k = avx512::quantize_q6_k;
   t.linear_f32 = avx512::gemm_f32;
   t.linear_bf16 = linear_bf16_rounded<avx512::round_to_bf16, avx512::gemm_bf16>;
   t.exp_nonpositive_f64 = avx512::exp_nonpositive_f64;
@@ -246,7 +251,7 @@ const KernelTable& active_kernels() { return tables().isa[int(active_isa())]; }
 const QgemmTable& qgemm_table(QgemmKernel k) { return tables().qgemm[int(k)]; }
 
 // The lists below name every pointer of the structs; the sizes keep them from falling behind a new entry.
-static_assert(sizeof(KernelTable) == 29 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
+static_assert(sizeof(KernelTable) == 30 * sizeof(void*), "a new KernelTable entry needs a line in null_entries");
 static_assert(sizeof(QgemmTable) == 7 * sizeof(void*), "a new QgemmTable entry needs a line in null_entries");
 
 #define TS_NULL_ENTRY(field) \
@@ -273,6 +278,7 @@ std::vector<std::string> null_entries(const KernelTable& t) {
   TS_NULL_ENTRY(round_to_bf16);
   TS_NULL_ENTRY(to_bf16_bits);
   TS_NULL_ENTRY(quantize_q4_k);
+  TS_NULL_ENTRY(quantize_q6_k);
   TS_NULL_ENTRY(linear_f32);
   TS_NULL_ENTRY(linear_bf16);
   TS_NULL_ENTRY(linear_f32_backend);

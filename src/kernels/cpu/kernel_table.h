@@ -72,6 +72,7 @@ struct KernelTable {
   void (*to_bf16_bits)(const float* src, int64_t n, uint16_t* bits) = nullptr;
   // x: [nb * 256] -> nb BlockQ4_K with ref::quantize_q4_k's bytes (a model's load-time --quantize q4_k_m).
   void (*quantize_q4_k)(const float* x, void* blocks, int64_t nb) = nullptr;
+  void (*quantize_q6_k)(const float* x, void* blocks, int64_t nb) = nullptr;  // the same for Q6_K
   // Linear (gemm_packed.h): x: [rows, in_features] f32 -> y: [rows, out_features], weights packed once.
   void (*round_to_bf16)(const float* src, float* dst, int64_t n) = nullptr;
   void (*linear_f32)(const float* x, const float* packed, float* y, int rows, int out_features,

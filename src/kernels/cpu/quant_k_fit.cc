@@ -28,6 +28,10 @@ namespace {
 constexpr int kSubValues = 32;     // values per Q4_K sub-block
 constexpr int kSubBlocks = 8;      // sub-blocks per super-block
 constexpr int kMaxLevel = 15;
+constexpr int kQ6KSubValues = 16;  // values per Q6_K sub-block
+constexpr int kQ6KSubBlocks = 16;  // sub-blocks per Q6_K super-block
+constexpr int kQ6KHalfRange = 32;  // levels -32..31, stored as 0..63
+constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block with |x| below this is all zero
 
 #define TS_FIT_INLINE __attribute__((always_inline)) inline
 
@@ -157,6 +161,84 @@ struct Lanes {
       for (int i = 0; i < kSubValues; ++i) levels[lane * kSubValues + i] = uint8_t(columns[i][lane]);
   }
 
+  // ref's signed_level: the nearest of -32..31 to x * inv_scale, per lane.
+  static TS_FIT_INLINE I signed_level(F x, F inv_scale) {
+    I l = nearest_int(inv_scale * x);
+    l = select(l < -kQ6KHalfRange, I{} - kQ6KHalfRange, l);
+    return select(l > kQ6KHalfRange - 1, I{} + (kQ6KHalfRange - 1), l);
+  }
+
+  // ref's weighted_level_sums per lane (xt: [16][lanes]).
+  static TS_FIT_INLINE void weighted_level_sums(const F* xt, F inv_scale, F* sum_lx, F* sum_l2) {
+    F lx = {}, l2 = {};
+    for (int i = 0; i < kQ6KSubValues; ++i) {
+      const F l = __builtin_convertvector(signed_level(xt[i], inv_scale), F);
+      const F w = xt[i] * xt[i];
+      lx = lx + w * xt[i] * l;
+      l2 = l2 + w * l * l;
+    }
+    *sum_lx = lx, *sum_l2 = l2;
+  }
+
+  // kLanes Q6_K sub-blocks x: [kLanes][16] -> levels [kLanes][16] (level + 32), scales [kLanes], as
+  // ref::fit_q6k_sub_block for each. The kept grid's levels are recomputed from its inv_scale at the end (the
+  // reference computes them from the same inv_scale when it keeps the grid).
+  static TS_FIT_INLINE void fit_q6k(const float* x, uint8_t* levels, float* scales) {
+    F xt[kQ6KSubValues];  // [value][lane]
+    {
+      alignas(64) float columns[kQ6KSubValues][kLanes];
+      for (int lane = 0; lane < kLanes; ++lane)
+        for (int i = 0; i < kQ6KSubValues; ++i) columns[i][lane] = x[lane * kQ6KSubValues + i];
+      std::memcpy(xt, columns, sizeof columns);
+    }
+    F max = {}, amax = {};
+    for (int i = 0; i < kQ6KSubValues; ++i) {
+      const F ax = reinterpret_cast<F>(reinterpret_cast<I>(xt[i]) & 0x7fffffff);
+      const I larger = opaque(ax > amax);
+      amax = select(larger, ax, amax);
+      max = select(larger, xt[i], max);
+    }
+    const I zero = opaque(amax < kGroupMaxEps);  // the reference returns early: levels 0 (-32), scale 0
+    F inv_scale = -kQ6KHalfRange / max;
+    F best_inv_scale = inv_scale;
+    F sum_lx, sum_l2;
+    weighted_level_sums(xt, inv_scale, &sum_lx, &sum_l2);
+    F scale = select(opaque(sum_l2 != 0), sum_lx / sum_l2, F{});
+    F best = scale * sum_lx;
+    for (int t = -9; t <= 9; ++t) {
+      if (t == 0) continue;
+      inv_scale = -(kQ6KHalfRange + 0.1f * t) / max;
+      weighted_level_sums(xt, inv_scale, &sum_lx, &sum_l2);
+      const I better = opaque((sum_l2 > 0) & (sum_lx * sum_lx > best * sum_l2));
+      best_inv_scale = select(better, inv_scale, best_inv_scale);
+      scale = select(better, sum_lx / sum_l2, scale);
+      best = select(better, scale * sum_lx, best);
+    }
+    scale = select(zero, F{}, scale);
+    std::memcpy(scales, &scale, sizeof scale);
+    alignas(64) int32_t columns[kQ6KSubValues][kLanes];
+    for (int i = 0; i < kQ6KSubValues; ++i) {
+      const I l = (signed_level(xt[i], best_inv_scale) + kQ6KHalfRange) & ~zero;
+      std::memcpy(columns[i], &l, sizeof l);
+    }
+    for (int lane = 0; lane < kLanes; ++lane)
+      for (int i = 0; i < kQ6KSubValues; ++i) levels[lane * kQ6KSubValues + i] = uint8_t(columns[i][lane]);
+  }
+
+  // nb Q6_K super-blocks of x -> blocks: each one's 16 sub-blocks through fit_q6k, 16 / kLanes calls.
+  static TS_FIT_INLINE void quantize_q6_k(const float* x, void* blocks, int64_t nb) {
+    BlockQ6_K* y = static_cast<BlockQ6_K*>(blocks);
+    constexpr int kSuper = kQ6KSubBlocks * kQ6KSubValues;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t levels[kSuper];
+      float scales[kQ6KSubBlocks];
+      for (int part = 0; part < kQ6KSubBlocks / kLanes; ++part)
+        fit_q6k(x + b * kSuper + part * kLanes * kQ6KSubValues, levels + part * kLanes * kQ6KSubValues,
+                scales + part * kLanes);
+      ref::finish_block_q6k(x + b * kSuper, scales, levels, &y[b]);
+    }
+  }
+
   // nb super-blocks of x -> blocks: kLanes / 8 at a time through fit, the rest through the reference's fits.
   static TS_FIT_INLINE void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
     BlockQ4_K* y = static_cast<BlockQ4_K*>(blocks);
@@ -180,11 +262,17 @@ namespace avx2 {
 __attribute__((target("avx2"))) void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
   Lanes<8>::quantize_q4_k(x, blocks, nb);
 }
+__attribute__((target("avx2"))) void quantize_q6_k(const float* x, void* blocks, int64_t nb) {
+  Lanes<8>::quantize_q6_k(x, blocks, nb);
+}
 }  // namespace avx2
 
 namespace avx512 {
 __attribute__((target("avx512f,avx512dq"))) void quantize_q4_k(const float* x, void* blocks, int64_t nb) {
   Lanes<16>::quantize_q4_k(x, blocks, nb);
+}
+__attribute__((target("avx512f,avx512dq"))) void quantize_q6_k(const float* x, void* blocks, int64_t nb) {
+  Lanes<16>::quantize_q6_k(x, blocks, nb);
 }
 }  // namespace avx512
 
