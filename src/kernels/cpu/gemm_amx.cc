@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
 
@@ -37,13 +38,7 @@ constexpr int kPanels = kGroupCols / kPanelCols;
 constexpr int kWeightRowBytes = kGroupCols * 2 * 2;  // one k pair of a group: 64 cols x (even, odd) bf16
 constexpr int kStepPairs = kTileRows;                // k pairs per step
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes per row of tile i
-  uint8_t rows[16] = {};
-};
+using TileConfig = AmxTileConfig;
 
 // Every tile 64 bytes wide: C0-3 (tmm0-3, a_rows x 16 f32), A (tmm4 and tmm7, alternating between steps, a_rows
 // x 32 bf16), B (tmm5 and tmm6, alternating between panels, 16 pairs x 16 columns), so a load never waits for the

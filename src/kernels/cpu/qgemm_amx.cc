@@ -1,28 +1,29 @@
-// The amx quantized GEMM: each 32-value block's integer sums of a row tile and a 16-output group come from one AMX
-// tile product (tdpbsud: signed activation bytes x unsigned weight bytes), and the f32 work that follows is the
-// avx512 tiles' own (qgemm.h, qgemm_k.h: the same operations in the same order, so the same bits).
+// The amx quantized GEMM: each 32-value block's integer sums for a row tile (up to 16 rows) and a 16-output group
+// come from one AMX tile product, and the f32 work that follows is the avx512 tiles' own (qgemm.h, qgemm_k.h: the
+// same operations in the same order on the same exact integer sums, so the same bits).
 //
-// Why: a tree of 8-16 rows is compute-bound on vpdpbusd: per row and block a Q8_0 / Q4_0 / Q4_K tile issues 8
-// dot products and 3-4 f32 operations on the same two vector pipes. Here one tile product does the 8 dot products of
-// up to 16 rows, and the vector pipes keep only the f32 part (docs/results/optimization-notes.md, "AMX-INT8
-// quantized GEMM").
+// Why: a tree of 12-16 rows is compute-bound on vpdpbusd: per row and block a Q8_0 / Q4_0 / Q4_K tile issues 8
+// dot products and 2-3 f32 operations on the same two vector pipes. Here one tile product does the 8 dot products
+// of every row, and the vector pipes keep the f32 part (docs/results/optimization-notes.md, "AMX-INT8 quantized
+// GEMM").
 //
 // Tiles, per block b (one 32-value activation block, one weight block of the group):
-//   A (tmm2 / tmm3): rows x 32 int8, the activations straight from QuantizedRows (row stride in_features bytes).
-//   B (tmm4 / tmm5): 8 rows x 64 bytes: row j holds, for each of the 16 outputs, the 4 weights of k = 4j..4j+3.
-//     Q8_0's packed quants are that layout as stored (w + 128, unsigned). Q4_0's and Q4_K's packed nibbles are
-//     split into bytes first: row j < 4 the low nibbles of quad j, row 4 + j its high nibbles (qgemm.h).
-//   C (tmm0 / tmm1): rows x 16 int32, zeroed per block: the block's exact integer sums, stored to memory and read
-//     back by the f32 step. Q8_0 and Q4_0 add the weight offset's correction there (sum_neg128, sum_neg8), as the
-//     avx512 tiles start their sums with it; Q4_K's nibbles have no offset.
-// Blocks alternate between the two tile sets: block b + 1's product is issued before block b's f32 step, so the
-// tile unit and the vector pipes overlap.
-// Below kMinAmxRows rows a call runs the avx512-vnni tiles (the same bits); Q6_K (16-value sub-blocks) always does.
+//   A (tmm4 / tmm5): rows x 32 int8, the activations straight from QuantizedRows (row stride in_features bytes).
+//   B (tmm6 / tmm7): 8 rows x 64 bytes: row j holds, for each of the 16 outputs, the 4 weights of k = 4j..4j+3,
+//     written into a ring of 512-byte slots kSplitAhead blocks ahead: Q8_0's packed w + 128 back to signed w, Q4_0's
+//     nibbles split into bytes less 8 (row j < 4 the low nibbles of quad j, row 4 + j its high ones), so both use
+//     tdpbssd and need no offset correction; Q4_K's nibbles split the same way but unsigned (tdpbsud).
+//   C (tmm0-3, one per block mod 4): rows x 16 int32, zeroed per block: the block's exact integer sums, stored to
+//     memory one step before the f32 step reads them.
+// A step issues block b + 3's product, stores block b + 1's sums and runs block b's f32 work, so three products are
+// in flight. Row tiles below kMinAmxRows rows run the avx512-vnni tiles (the same bits); so does Q6_K (16-value
+// halves), always.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/qgemm_k.h"
 
@@ -47,13 +48,7 @@ constexpr int kTileRows = 16;  // rows of A and C per tile
 // docs/results/optimization-notes.md, "AMX-INT8 quantized GEMM").
 constexpr int kMinAmxRows = 12;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes per row of tile i
-  uint8_t rows[16] = {};
-};
+using TileConfig = AmxTileConfig;
 
 TileConfig make_config(int rows) {
   TileConfig c;
@@ -72,14 +67,15 @@ struct Rows {
 };
 
 // B's 512 bytes of a block, as signed weights (Q8_0, Q4_0: the offsets removed) or Q4_K's unsigned nibbles.
-// Q8_0: 8 rows of w + 128 -> w. Q4_0 / Q4_K: the 256 bytes of 4 nibble quads -> low nibbles, then high nibbles (less 8
-// for Q4_0).
+// Q8_0: 8 rows of w + 128 -> w. Q4_0 / Q4_K: the 256 bytes of 4 nibble quads -> low nibbles, then high nibbles
+// (less 8 for Q4_0).
 template <QuantType kT>
 TS_Q_TARGET TS_INLINE void weight_bytes(const uint8_t* quants, uint8_t* b) {
   if constexpr (kT == QuantType::Q8_0) {
     #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
-      _mm512_store_si512(b + 64 * j, _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * j), _mm512_set1_epi8(char(0x80))));
+      _mm512_store_si512(b + 64 * j,
+                         _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * j), _mm512_set1_epi8(char(0x80))));
     return;
   }
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -108,8 +104,8 @@ TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* group, int b) {
   return group + size_t(b) * kBlockStride<kT> + 32;
 }
 
-// Q4_0 / Q4_K: block b's nibbles split into its ring slot, and the weight stream prefetched ahead, as the avx512
-// tiles read it (into the next groups at the end of this one).
+// Block b's weight bytes into its ring slot, and the weight stream prefetched ahead, as the avx512 tiles read it
+// (into the next groups at the end of this one).
 template <QuantType kT>
 TS_Q_TARGET TS_INLINE void prepare(const uint8_t* group, int b, uint8_t (*ring)[512], bool prefetch) {
   const uint8_t* quants = block_quants<kT>(group, b);
