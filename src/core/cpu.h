@@ -28,8 +28,9 @@ const CpuFeatures& cpu_features();
 //   scalar      the scalar references (kernels::ref, ref::softmax_f32) and the portable GEMM; runs anywhere
 //   avx2        AVX2 + FMA (+ F16C): 8-lane kernels
 //   avx512      AVX-512 F/BW/VL + FMA: 16-lane kernels from the same sources
-//   avx512bf16  avx512, with the bf16 GEMM on vdpbf16ps (AVX-512-BF16)
-//   amx         avx512, with the bf16 GEMM on AMX tiles (tdpbf16ps; Sapphire Rapids and later Xeons)
+//   avx512bf16  avx512, with the bf16 GEMM and the attention over bf16 K/V on vdpbf16ps (AVX-512-BF16)
+//   amx         avx512, with the bf16 GEMM on AMX tiles (tdpbf16ps; Sapphire Rapids and later Xeons) and, where the
+//               CPU has AMX-INT8, the quantized GEMM's integer sums of 12+ rows (tdpbssd)
 // Every variant is batch-invariant on its own (a row's bits never depend on the batch or the thread count), so
 // greedy speculative decoding is exact under each; results differ slightly between variants.
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };

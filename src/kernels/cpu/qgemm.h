@@ -17,8 +17,8 @@
 //
 // Determinism: the integer sum of a block is exact whatever computes it, and y[r, o] = one f32 accumulator
 // updated once per block in k order: acc = fma(d_w * d_x, float(isum), acc). Every variant (scalar, avx2 with or
-// without AVX-VNNI, avx512 with or without AVX512-VNNI) therefore gives the same bits for every row, batch shape
-// and thread count (tests/kernels/qgemm_test.cc checks it).
+// without AVX-VNNI, avx512 with or without AVX512-VNNI, amx-int8) therefore gives the same bits for every row, batch
+// shape and thread count (tests/kernels/qgemm_test.cc checks it).
 #pragma once
 
 #include <cstddef>
