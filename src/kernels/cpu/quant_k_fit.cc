@@ -1,12 +1,13 @@
-// Q4_K quantizing (ref::quantize_q4_k, ggml's quantize_row_q4_K_ref) with its sub-block fits 16 (avx512) or 8
-// (avx2) at a time, one sub-block per vector lane: every lane does ref::fit_q4k_sub_block's f32 operations in its
-// order (no FMA contraction, the same rounding trick), its branches turned into per-lane selects, so the levels,
-// scales and mins are the reference's bits (tests/kernels/quant_k_fit_test.cc compares every byte). The rest of a
-// super-block (6-bit scales, re-quantizing, packing) is ref::finish_block_q4k.
+// K-quant quantizing (ref::quantize_q4_k and ref::quantize_q6_k, ggml's quantize_row_q4_K_ref / q6_K_ref) with the
+// sub-block fits 16 (avx512) or 8 (avx2) at a time, one sub-block per vector lane: every lane does the reference
+// fit's f32 operations in its order (no FMA contraction, the same rounding trick), its branches turned into per-lane
+// selects, so the levels and scales are the reference's bits (tests/kernels/quant_k_fit_test.cc compares every
+// byte). The rest of a super-block (6-bit or int8 scales, re-quantizing, packing) is ref::finish_block_q4k / q6k.
 //
-// Why: the fit tries 21 grids per 32-value sub-block, each a chain of dependent f32 sums, and loading a bf16 model
-// with --quantize q4_k_m spent most of its time there (docs/results/optimization-notes.md, "Q4_K quantizing: fits
-// in vector lanes"). Vertical lanes keep each sub-block's sums in the reference's order.
+// Why: a Q4_K fit tries 21 grids per 32-value sub-block (Q6_K: 19 per 16 values), each a chain of dependent f32
+// sums, and loading a bf16 model with --quantize q4_k_m spent most of its time there
+// (docs/results/optimization-notes.md, "Q4_K quantizing: fits in vector lanes"). Vertical lanes keep each
+// sub-block's sums in the reference's order.
 //
 // Written once with GCC's vector extensions: the body is always-inline, so each entry point below compiles it for
 // its own target.
