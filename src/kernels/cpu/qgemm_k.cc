@@ -16,21 +16,6 @@ namespace ts::kernels::cpu {
 
 namespace {
 
-// The unsigned 4-bit level (0..15) of value v (0..255) of a Q4_K block: byte 32c + l holds values 64c + l (low
-// nibble) and 64c + 32 + l (high nibble).
-int q4k_level(const BlockQ4_K& b, int v) {
-  const int c = v / 64, l = v % 64;
-  return l < 32 ? b.qs[32 * c + l] & 0x0F : b.qs[32 * c + l - 32] >> 4;
-}
-
-// The unsigned 6-bit level (0..63) of value v of a Q6_K block (the layout of ref::dequantize_q6_k).
-int q6k_level(const BlockQ6_K& b, int v) {
-  const int c = v / 128, part = (v % 128) / 32, l = v % 32;
-  const uint8_t low = b.ql[64 * c + l + (part % 2) * 32];
-  const int low4 = part < 2 ? low & 0x0F : low >> 4;
-  return low4 | ((b.qh[32 * c + l] >> (2 * part)) & 3) << 4;
-}
-
 // Byte of k (0..31) of a 32-value nibble block in the [4 quads][16 lanes][4 bytes] layout, and its shift.
 size_t nibble_byte(int lane, int k) { return size_t(((k % 16) / 4) * kQGroup + lane) * 4 + k % 4; }
 int nibble_shift(int k) { return k < 16 ? 0 : 4; }
@@ -38,19 +23,30 @@ int nibble_shift(int k) { return k < 16 ? 0 : 4; }
 // Q6_K's high bits: quad j (k = 4j..4j+3) of a block sits in pair (j % 4) / 2 at bit position hi_pos(j).
 int q6_hi_pos(int j) { return (j % 4 % 2) * 4 + (j / 4) * 2; }
 
+// One row's super-block into its lane of a group super-block (sb, zeroed: padding lanes stay zero), byte by byte:
+// each packed byte combines two GGUF nibbles or four 2-bit fields whose places follow from the two layouts
+// (qgemm_k.h, and ref::dequantize_q4_k / q6_k for GGUF's). Packing is most of a K-quant file's load
+// (docs/results/optimization-notes.md, "K-quant packing byte by byte").
 void pack_q4k_lane(const BlockQ4_K& b, int lane, uint8_t* sb) {
   std::memcpy(sb + 2 * lane, &b.d, 2);
   std::memcpy(sb + 32 + 2 * lane, &b.dmin, 2);
+  uint8_t sc[kQBlocksPerSuper], m[kQBlocksPerSuper];
+  for (int j = 0; j < kQBlocksPerSuper; ++j) q4k_scale_min(j, b.scales, &sc[j], &m[j]);
   uint8_t* lo = sb + 64;    // [8 j][16 lanes]
   uint8_t* hi = sb + 192;   // [4 i][16 lanes]
-  uint8_t* quants = sb + 256;
+  for (int j = 0; j < kQBlocksPerSuper; ++j) lo[j * kQGroup + lane] = uint8_t((sc[j] & 0x0F) | (m[j] & 0x0F) << 4);
+  for (int i = 0; i < 4; ++i) {
+    const int low_half = (sc[i] >> 4) | (m[i] >> 4) << 2, high_half = (sc[i + 4] >> 4) | (m[i + 4] >> 4) << 2;
+    hi[i * kQGroup + lane] = uint8_t(low_half | high_half << 4);
+  }
+  // Sub-block j = 2c + h holds the low (h = 0) or high (h = 1) nibbles of GGUF bytes 32c .. 32c + 31; packed byte
+  // n (quad n / 4, byte n % 4) holds its values n and 16 + n.
   for (int j = 0; j < kQBlocksPerSuper; ++j) {
-    uint8_t sc, m;
-    q4k_scale_min(j, b.scales, &sc, &m);
-    lo[j * kQGroup + lane] = uint8_t((sc & 0x0F) | (m & 0x0F) << 4);
-    hi[(j % 4) * kQGroup + lane] |= uint8_t(((sc >> 4) | (m >> 4) << 2) << (j < 4 ? 0 : 4));
-    for (int k = 0; k < kQBlock; ++k) {
-      quants[j * 256 + nibble_byte(lane, k)] |= uint8_t(q4k_level(b, j * kQBlock + k) << nibble_shift(k));
+    const uint8_t* q = b.qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    uint8_t* dst = sb + 256 + j * 256 + lane * 4;
+    for (int n = 0; n < 16; ++n) {
+      dst[(n / 4) * kQGroup * 4 + n % 4] = uint8_t(((q[n] >> shift) & 0x0F) | ((q[16 + n] >> shift) & 0x0F) << 4);
     }
   }
 }
@@ -59,13 +55,24 @@ void pack_q6k_lane(const BlockQ6_K& b, int lane, uint8_t* sb) {
   std::memcpy(sb + 2 * lane, &b.d, 2);
   for (int j = 0; j < 16; ++j) sb[32 + j * kQGroup + lane] = uint8_t(b.scales[j]);
   for (int i = 0; i < kQBlocksPerSuper; ++i) {
-    uint8_t* low = sb + 288 + i * 384;
-    uint8_t* high = low + 256;  // [2 pairs][16 lanes][4 bytes]
+    // Block i is part i % 4 of GGUF half i / 4: its low nibbles from ql (low or high nibble of one 32-byte run), its
+    // top bits from qh at 2 * part.
+    const int part = i % 4;
+    const uint8_t* ql = b.ql + 64 * (i / 4) + (part % 2) * 32;
+    const uint8_t* qh = b.qh + 32 * (i / 4);
+    uint8_t low4[kQBlock], high2[kQBlock];
     for (int k = 0; k < kQBlock; ++k) {
-      const int q = q6k_level(b, i * kQBlock + k);
-      low[nibble_byte(lane, k)] |= uint8_t((q & 0x0F) << nibble_shift(k));
-      const int j = k / 4;
-      high[((j % 4 / 2) * kQGroup + lane) * 4 + k % 4] |= uint8_t((q >> 4) << q6_hi_pos(j));
+      low4[k] = uint8_t((ql[k] >> (part < 2 ? 0 : 4)) & 0x0F);
+      high2[k] = uint8_t((qh[k] >> (2 * part)) & 3);
+    }
+    uint8_t* low = sb + 288 + i * 384 + lane * 4;
+    uint8_t* high = sb + 288 + i * 384 + 256 + lane * 4;  // [2 pairs][16 lanes][4 bytes]
+    for (int n = 0; n < 16; ++n) low[(n / 4) * kQGroup * 4 + n % 4] = uint8_t(low4[n] | low4[16 + n] << 4);
+    for (int p = 0; p < 2; ++p) {
+      for (int t = 0; t < 4; ++t) {  // quads 2p, 2p + 4, 2p + 1, 2p + 5 at bits 0, 2, 4, 6 (q6_hi_pos)
+        high[p * kQGroup * 4 + t] = uint8_t(high2[8 * p + t] | high2[8 * p + 16 + t] << 2 | high2[8 * p + 4 + t] << 4 |
+                                            high2[8 * p + 20 + t] << 6);
+      }
     }
   }
 }
