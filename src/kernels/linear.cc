@@ -61,18 +61,24 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   TS_CHECK(out_features > 0 && in_features > 0, "Linear: expected positive shape, got ", out_features, "x",
            in_features);
   TS_CHECK(cpu::qgemm_supports(quant), "Linear: ", quant_type_name(quant), " weights are not supported");
-  TS_CHECK(in_features % block_values(quant) == 0, "Linear: ", quant_type_name(quant), " needs in_features a multiple of ",
-           block_values(quant), ", got ", in_features);
+  TS_CHECK(in_features % block_values(quant) == 0, "Linear: ", quant_type_name(quant),
+           " needs in_features a multiple of ", block_values(quant), ", got ", in_features);
   const size_t rb = row_bytes(quant, in_features);
   std::unique_ptr<uint8_t[]> blocks(new uint8_t[rb * out_features]);  // [out][in / 32] blocks, each row written below
   // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round). The
   // K-quants' fits take the variant's vector kernels (the reference's bytes, 8 or 16 sub-blocks at a time).
   const auto quantize_q4_k = cpu::active_kernels().quantize_q4_k;
   const auto quantize_q6_k = cpu::active_kernels().quantize_q6_k;
+  const auto widen_row = cpu::active_kernels().widen_row;  // bf16 / f16 -> f32, exact (weight_f32's values)
   cpu::parallel_ranges(out_features, true, [&](int64_t begin, int64_t end) {
     std::vector<float> row(in_features);  // [in]
     for (int64_t o = begin; o < end; ++o) {
-      for (int k = 0; k < in_features; ++k) row[k] = weight_f32(weight, weight_dtype, size_t(o) * in_features + k);
+      const size_t offset = size_t(o) * in_features;
+      if (weight_dtype == DType::F32) {
+        std::memcpy(row.data(), static_cast<const float*>(weight) + offset, size_t(in_features) * 4);
+      } else {
+        widen_row(static_cast<const uint16_t*>(weight) + offset, weight_dtype == DType::BF16, in_features, row.data());
+      }
       if (quant == QuantType::Q4_K) {
         quantize_q4_k(row.data(), blocks.get() + rb * o, in_features / kQK_K);
       } else if (quant == QuantType::Q6_K) {

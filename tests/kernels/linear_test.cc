@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/linear.h"
+#include "kernels/quant.h"
 
 namespace ts::kernels {
 namespace {
@@ -195,6 +196,37 @@ TEST_P(Linear, RejectsBadArguments) {
   EXPECT_THROW(kernels::Linear(w.data(), DType::F32, 0, 4, DType::F32), Error);
   kernels::Linear lin(w.data(), DType::F32, 4, 4, DType::F32);
   EXPECT_THROW(lin.forward(w.data(), 0, y.data()), Error);
+}
+
+// A quantized Linear built from bf16 or f16 weights holds the blocks the reference quantizer makes of the widened
+// values (the rows are widened by the variant's vector kernel, then quantized), on every variant: its outputs equal,
+// bit for bit, those of a Linear made from those blocks. f16 weights include subnormals.
+class QuantizedLinear : public PerIsa {};
+TS_INSTANTIATE_PER_ISA(QuantizedLinear);
+
+TEST_P(QuantizedLinear, FromHalfPrecisionEqualsBlocksOfTheWidenedValues) {
+  const int out = 40, in = 512, rows = 3;
+  std::vector<float> w = random_normal(size_t(out) * in, 0.05f, 17);
+  for (int k = 0; k < 64; ++k) w[size_t(k) * 7] *= 1e-4f;  // f16 subnormals
+  const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 5);
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    std::vector<uint16_t> bits(w.size());
+    std::vector<float> widened(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      bits[i] = dtype == DType::BF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
+      widened[i] = dtype == DType::BF16 ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+    }
+    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K}) {
+      std::vector<uint8_t> blocks(row_bytes(t, in) * out);
+      for (int o = 0; o < out; ++o)
+        ref::quantize_row(t, widened.data() + size_t(o) * in, blocks.data() + row_bytes(t, in) * o, in);
+      std::vector<float> want(size_t(rows) * out), got(want.size());
+      kernels::Linear::from_blocks(blocks.data(), t, out, in).forward(x.data(), rows, want.data());
+      kernels::Linear(bits.data(), dtype, out, in, t).forward(x.data(), rows, got.data());
+      EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
+          << dtype_name(dtype) << " " << quant_type_name(t);
+    }
+  }
 }
 
 }  // namespace
