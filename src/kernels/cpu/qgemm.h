@@ -35,7 +35,7 @@ constexpr int kQBlock = 32;  // values per block (Q8_0, Q4_0 and the activations
 
 inline int qgemm_groups(int out_features) { return (out_features + kQGroup - 1) / kQGroup; }
 // Bytes of one group's block b: scales + quants.
-inline size_t qgemm_group_block_bytes(QuantType t) { return 32 + (t == QuantType::Q8_0 ? 512 : 256); }
+constexpr size_t qgemm_group_block_bytes(QuantType t) { return 32 + (t == QuantType::Q8_0 ? 512 : 256); }
 inline size_t qgemm_packed_bytes(QuantType t, int out_features, int in_features) {
   if (t == QuantType::Q4_K || t == QuantType::Q6_K)  // 16 GGUF blocks per group and super-block (qgemm_k.h)
     return size_t(qgemm_groups(out_features)) * size_t(in_features / kQK_K) * kQGroup * block_bytes(t);

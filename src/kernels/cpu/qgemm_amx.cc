@@ -93,7 +93,7 @@ TS_Q_TARGET TS_INLINE void weight_bytes(const uint8_t* quants, uint8_t* b) {
 constexpr int kSplitAhead = 7, kRing = 8;
 
 template <QuantType kT>
-constexpr size_t kBlockStride = kT == QuantType::Q8_0 ? 544 : 288;  // bytes per group block (Q8_0 / Q4_0)
+constexpr size_t kBlockStride = qgemm_group_block_bytes(kT);  // bytes per group block (Q8_0 / Q4_0)
 
 // The group's weights of block b: Q8_0 / Q4_0 blocks are kBlockStride apart, Q4_K's 8 blocks of a super-block are
 // 256-byte sub-blocks after its 256 bytes of scales.

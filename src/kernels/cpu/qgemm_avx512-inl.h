@@ -99,7 +99,8 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
 }
 
-// Rows [row_begin, row_end) of groups [group_begin, group_end).
+// Rows [row_begin, row_end) of groups [group_begin, group_end). The group's first row tile prefetches the weight
+// stream; from a later row_begin (amx_int8's last rows) the AMX tiles have streamed the group already.
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
                         int out_features, int in_features, int group_begin, int group_end) {
@@ -112,7 +113,7 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
     for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
       with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == row_begin);
+                                        out_features, valid, row0 == 0);
       });
     }
   }
