@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -55,6 +56,8 @@ struct Linear::Impl {
   size_t packed_bytes = 0;
   bool quantized = false;
   QuantType quant = QuantType::Q8_0;  // when quantized
+  std::vector<Linear> parts;  // stacked(): the quantized parts, in output order (packed is then empty)
+  std::string stacked_name;   // stacked(): the parts' formats, "+"-joined
 };
 
 Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_features, QuantType quant) {
@@ -105,6 +108,28 @@ Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features
   m.packed_bytes = cpu::qgemm_packed_bytes(quant, out_features, in_features);
   m.packed = allocate_weight_block(m.packed_bytes);
   cpu::qgemm_pack(quant, blocks, out_features, in_features, static_cast<uint8_t*>(m.packed.get()));
+  return l;
+}
+
+Linear Linear::stacked(std::vector<Linear> parts) {
+  TS_CHECK(!parts.empty(), "Linear::stacked: no parts");
+  if (parts.size() == 1) return std::move(parts[0]);
+  Linear l;
+  l.impl_ = std::make_unique<Impl>();
+  Impl& m = *l.impl_;
+  m.in_features = parts[0].in_features();
+  m.compute = DType::F32;
+  m.quantized = true;
+  m.quant = parts[0].quant_type();
+  for (const Linear& p : parts) {
+    TS_CHECK(p.impl_ && p.quantized() && p.impl_->parts.empty() && p.in_features() == m.in_features,
+             "Linear::stacked: parts must be quantized products of one input width (", m.in_features, ")");
+    m.out_features += p.out_features();
+    m.packed_bytes += p.weight_bytes();
+    const std::string f = p.format_name();
+    if (m.stacked_name.find(f) == std::string::npos) m.stacked_name += (m.stacked_name.empty() ? "" : "+") + f;
+  }
+  m.parts = std::move(parts);
   return l;
 }
 
@@ -160,6 +185,7 @@ void Linear::forward(const float* x, int rows, float* y) const {
     thread_local cpu::QuantizedRows acts;  // [rows, in / 32] blocks of x
     const cpu::QgemmKernel kernel = kernels.qgemm->kernel;
     cpu::quantize_rows(kernel, x, rows, m.in_features, &acts);
+    if (!m.parts.empty()) return forward_parts(acts, rows, y);
     return cpu::qgemm(kernel, m.quant, acts, static_cast<const uint8_t*>(m.packed.get()), y, m.out_features,
                       m.in_features);
   }
@@ -169,6 +195,23 @@ void Linear::forward(const float* x, int rows, float* y) const {
   kernels.linear_bf16(x, static_cast<const uint16_t*>(m.packed.get()), y, rows, m.out_features, m.in_features);
 }
 
+void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const {
+  const Impl& m = *impl_;
+  const cpu::QgemmKernel kernel = cpu::active_kernels().qgemm->kernel;
+  thread_local std::vector<float> part_y;  // [rows, a part's out_features]
+  int column = 0;
+  for (const Linear& p : m.parts) {
+    const Impl& pm = *p.impl_;
+    part_y.resize(size_t(rows) * pm.out_features);
+    cpu::qgemm(kernel, pm.quant, acts, static_cast<const uint8_t*>(pm.packed.get()), part_y.data(), pm.out_features,
+               m.in_features);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(y + size_t(r) * m.out_features + column, part_y.data() + size_t(r) * pm.out_features,
+                  size_t(pm.out_features) * sizeof(float));
+    column += pm.out_features;
+  }
+}
+
 int Linear::out_features() const { return impl_->out_features; }
 int Linear::in_features() const { return impl_->in_features; }
 DType Linear::compute_type() const { return impl_->compute; }
@@ -176,6 +219,7 @@ size_t Linear::weight_bytes() const { return impl_->packed_bytes; }
 bool Linear::quantized() const { return impl_->quantized; }
 QuantType Linear::quant_type() const { return impl_->quant; }
 const char* Linear::format_name() const {
+  if (!impl_->parts.empty()) return impl_->stacked_name.c_str();
   if (impl_->quantized) return quant_type_name(impl_->quant);
   return impl_->compute == DType::BF16 ? "bf16" : "f32";
 }

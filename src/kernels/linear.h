@@ -4,11 +4,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/quant.h"
 
 namespace ts::kernels {
+
+namespace cpu {
+struct QuantizedRows;
+}  // namespace cpu
 
 class Linear {
  public:
@@ -23,6 +28,10 @@ class Linear {
   // and runs integer dot products (kernels/cpu/qgemm.h): every ISA variant gives the same bits.
   Linear(const void* weight, DType weight_dtype, int out_features, int in_features, QuantType quant);
   static Linear from_blocks(const void* blocks, QuantType quant, int out_features, int in_features);
+  // Quantized parts [rows_i, in] stacked along the output dimension, each in its own format (a fused q/k/v product
+  // whose v a Q4_K_M mix keeps in Q6_K): y[r] = [part 0's outputs | part 1's | ...]. The activations are quantized
+  // once; each part's outputs are bit for bit its own forward's. A single part is returned as it is.
+  static Linear stacked(std::vector<Linear> parts);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -37,13 +46,14 @@ class Linear {
   int in_features() const;
   DType compute_type() const;  // F32 or BF16; F32 for quantized weights (the integer GEMM's output)
   bool quantized() const;
-  QuantType quant_type() const;  // valid when quantized()
-  const char* format_name() const;  // "bf16", "f32", "Q8_0", "Q4_0"
+  QuantType quant_type() const;  // valid when quantized(); a stacked Linear's first part's
+  const char* format_name() const;  // "bf16", "f32", "Q8_0", "Q4_0", ...; stacked: the parts', e.g. "Q4_K+Q6_K"
   size_t weight_bytes() const;  // bytes of packed weights streamed per forward
   const char* backend_name() const;  // the GEMM the active variant runs, e.g. "packed-avx2-bf16"
 
  private:
   struct Impl;
+  void forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const;  // stacked(): each part, then y
   std::unique_ptr<Impl> impl_;
 };
 
