@@ -1,5 +1,6 @@
 #include "model/gguf_weights.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -128,14 +129,45 @@ std::vector<float> GgufWeights::vector(const std::string& hf_name, int64_t n) co
 kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, const std::vector<int64_t>& rows,
                                     int64_t in, const WeightPlan& plan, MatrixRole role) const {
   std::vector<const io::GgufTensor*> parts;
+  for (size_t i = 0; i < hf_names.size(); ++i) parts.push_back(&find(hf_names[i], rows[i], in));
+  // Each part's format: a quantized tensor's own type (100 + id), else what the plan makes of the floats (a
+  // QuantType's id, or -1: the float GEMM). Runs of consecutive parts in one format are packed together; when
+  // every run is quantized but they differ (llama.cpp's Q4_K_M keeps v in Q6_K beside Q4_K q and k), the product
+  // is a stacked Linear of the runs, each as stored.
+  std::vector<int> formats;  // [parts]
+  for (size_t i = 0; i < parts.size(); ++i) {
+    kernels::QuantType q;
+    if (kernels::quant_type_from_id(parts[i]->ggml_type, &q)) {
+      formats.push_back(100 + int(parts[i]->ggml_type));
+    } else {
+      const auto planned = plan.quant_for(part_role(role, i), int(in));
+      formats.push_back(planned ? int(*planned) : -1);
+    }
+  }
+  std::vector<size_t> run_starts{0};
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (formats[i] != formats[i - 1]) run_starts.push_back(i);
+  const bool all_quantized = std::find(formats.begin(), formats.end(), -1) == formats.end();
+  if (run_starts.size() == 1 || !all_quantized) return linear_of_parts(parts, hf_names[0], plan, role);
+  run_starts.push_back(parts.size());
+  std::vector<kernels::Linear> runs;
+  for (size_t r = 0; r + 1 < run_starts.size(); ++r)
+    runs.push_back(linear_of_parts({parts.begin() + run_starts[r], parts.begin() + run_starts[r + 1]},
+                                   hf_names[run_starts[r]], plan, part_role(role, run_starts[r])));
+  return kernels::Linear::stacked(std::move(runs));
+}
+
+kernels::Linear GgufWeights::linear_of_parts(const std::vector<const io::GgufTensor*>& parts,
+                                             const std::string& first_name, const WeightPlan& plan,
+                                             MatrixRole role) const {
+  const int64_t in = parts[0]->cols();
   int64_t total_rows = 0;
   bool all_same_quant = true, any_quant = false;
   kernels::QuantType widest = kernels::QuantType::Q4_0, first = kernels::QuantType::Q4_0;
-  for (size_t i = 0; i < hf_names.size(); ++i) {
-    parts.push_back(&find(hf_names[i], rows[i], in));
-    total_rows += rows[i];
+  for (const io::GgufTensor* t : parts) {
+    total_rows += t->rows();
     kernels::QuantType q;
-    if (kernels::quant_type_from_id(parts.back()->ggml_type, &q)) {
+    if (kernels::quant_type_from_id(t->ggml_type, &q)) {
       if (!any_quant) first = widest = q;
       all_same_quant = all_same_quant && q == first;
       if (precision_rank(q) > precision_rank(widest)) widest = q;
@@ -176,7 +208,7 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
     values = widened.get();
   }
   if (any_quant) {
-    requantized_.push_back(hf_names[0]);
+    requantized_.push_back(first_name);
     return kernels::Linear(values, only, int(total_rows), int(in), widest);
   }
   if (const auto quant = plan.quant_for(role, int(in)))

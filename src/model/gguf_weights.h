@@ -3,8 +3,9 @@
 //
 // Formats: F32, F16 and BF16 tensors are read as floats and take the load's WeightPlan (so --quantize applies);
 // Q8_0, Q4_0, Q4_K and Q6_K tensors run as stored on the integer GEMM. A fused product (q/k/v, gate/up) whose
-// parts are stored in different quantized formats (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q and k) is
-// dequantized and quantized again to the most precise of its parts' formats: lossy, and said in the load log.
+// parts are stored in different quantized formats (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q and k) is a
+// stacked Linear of its parts, each as stored. Only a product mixing float and quantized parts is dequantized and
+// quantized again, to the most precise of its parts' formats: lossy, and said in the load log.
 // Any other tensor type is refused by name.
 #pragma once
 
@@ -35,7 +36,11 @@ class GgufWeights {
 
  private:
   const io::GgufTensor& find(const std::string& hf_name, int64_t rows, int64_t cols) const;
-  // The tensor's rows in Hugging Face order: [rows][row_bytes].
+  // One product of parts stacked along the output dimension, in one format: the stored one when every part is
+  // quantized alike, else floats in the plan's format (a mix with quantized parts: re-quantized, see above).
+  // first_name: the first part's Hugging Face name (the load log's).
+  kernels::Linear linear_of_parts(const std::vector<const io::GgufTensor*>& parts, const std::string& first_name,
+                                  const WeightPlan& plan, MatrixRole role) const;
   // The tensor's bytes in Hugging Face row order, written to out: [t.nbytes]. Straight from the mapping (one copy)
   // unless the rows must be un-permuted.
   void rows_in_hf_order(const io::GgufTensor& t, uint8_t* out) const;

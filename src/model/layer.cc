@@ -20,17 +20,10 @@ kernels::Linear make_linear(const void* data, DType dtype, int64_t rows, int64_t
   return kernels::Linear(data, dtype, int(rows), int(in), plan.compute);
 }
 
-}  // namespace
-
-kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
-                            const std::vector<int64_t>& rows, int64_t in, DType compute) {
-  return load_linear(ckpt, names, rows, in, WeightPlan{compute}, MatrixRole::AttnOut);
-}
-
-kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
-                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role,
-                            std::vector<uint8_t>* stack_scratch) {
-  TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
+// Parts the plan stores in one format, stacked into one product.
+kernels::Linear load_same_format(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                                 const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role,
+                                 std::vector<uint8_t>* stack_scratch) {
   int64_t total_rows = 0;
   for (auto r : rows) total_rows += r;
   if (names.size() == 1) {
@@ -63,6 +56,33 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
     stacked.insert(stacked.end(), f.begin(), f.end());
   }
   return make_linear(stacked.data(), DType::F32, total_rows, in, plan, role);
+}
+
+}  // namespace
+
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, DType compute) {
+  return load_linear(ckpt, names, rows, in, WeightPlan{compute}, MatrixRole::AttnOut);
+}
+
+kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::string>& names,
+                            const std::vector<int64_t>& rows, int64_t in, const WeightPlan& plan, MatrixRole role,
+                            std::vector<uint8_t>* stack_scratch) {
+  TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
+  // Consecutive parts in one format are packed together; parts the plan stores in different formats (q4_k_m's v
+  // in Q6_K beside q and k in Q4_K) make a stacked product of those runs.
+  std::vector<std::optional<kernels::QuantType>> formats;  // [parts]
+  for (size_t i = 0; i < names.size(); ++i) formats.push_back(plan.quant_for(part_role(role, i), int(in)));
+  std::vector<kernels::Linear> runs;
+  for (size_t i = 0; i < names.size();) {
+    size_t end = i + 1;
+    while (end < names.size() && formats[end] == formats[i]) ++end;
+    runs.push_back(load_same_format(ckpt, {names.begin() + i, names.begin() + end},
+                                    {rows.begin() + i, rows.begin() + end}, in, plan, part_role(role, i),
+                                    stack_scratch));
+    i = end;
+  }
+  return kernels::Linear::stacked(std::move(runs));
 }
 
 LayerWeights load_layer(const io::Checkpoint& ckpt, const std::string& prefix, const LayerShape& shape,

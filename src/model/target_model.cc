@@ -81,15 +81,26 @@ size_t TargetModel::weight_bytes() const {
 }
 
 std::string TargetModel::weight_format() const {
-  if (weight_scheme_ == WeightScheme::Native) return layers_.empty() ? lm_head_.format_name() : layers_[0].qkv.format_name();
-  std::string projections;
+  // A float checkpoint: its type. Quantized weights (--quantize's scheme, or a GGUF file's own formats, "stored"):
+  // every format the projections hold, and the lm_head's.
+  if (weight_scheme_ == WeightScheme::Native && !quantized_weights())
+    return layers_.empty() ? lm_head_.format_name() : layers_[0].qkv.format_name();
+  std::vector<std::string> formats;  // the projections' formats in order of appearance
   for (const auto& l : layers_) {
     for (const kernels::Linear* m : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
-      const std::string f = m->format_name();
-      if (projections.find(f) == std::string::npos) projections += (projections.empty() ? "" : "+") + f;
+      const std::string name = m->format_name();  // a stacked product's: its parts' formats, "+"-joined
+      for (size_t at = 0; at <= name.size();) {
+        const size_t end = std::min(name.find('+', at), name.size());
+        const std::string f = name.substr(at, end - at);
+        if (std::find(formats.begin(), formats.end(), f) == formats.end()) formats.push_back(f);
+        at = end + 1;
+      }
     }
   }
-  return cat(weight_scheme_name(weight_scheme_), " (projections ", projections, ", lm_head ", lm_head_.format_name(), ")");
+  std::string projections;
+  for (const std::string& f : formats) projections += (projections.empty() ? "" : "+") + f;
+  const char* scheme = weight_scheme_ == WeightScheme::Native ? "stored" : weight_scheme_name(weight_scheme_);
+  return cat(scheme, " (projections ", projections, ", lm_head ", lm_head_.format_name(), ")");
 }
 
 bool TargetModel::quantized_weights() const {

@@ -60,7 +60,8 @@ class TargetModel {
 
   size_t weight_bytes() const;  // bytes of packed weights read by one forward (embedding rows excluded)
   WeightScheme weight_scheme() const { return weight_scheme_; }
-  // "bf16", "f32", or the scheme and what it gave, e.g. "q4_0 (projections Q4_0, lm_head Q8_0)".
+  // "bf16", "f32", or the scheme and what it gave, e.g. "q4_0 (projections Q4_0, lm_head Q8_0)"; a GGUF file's
+  // own quantized formats as e.g. "stored (projections Q4_K+Q6_K, lm_head Q6_K)".
   std::string weight_format() const;
   // Whether any projection is quantized (by --quantize or as stored in a GGUF file).
   bool quantized_weights() const;

@@ -27,6 +27,10 @@ WeightScheme parse_weight_scheme(const std::string& name) {
   TS_FAIL("unknown weight format '", name, "': expected native, q8_0, q4_0 or q4_k_m");
 }
 
+MatrixRole part_role(MatrixRole role, size_t part) {
+  return role == MatrixRole::AttnQkv && part == 2 ? MatrixRole::AttnV : role;
+}
+
 bool WeightPlan::more_bits_layer(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
@@ -37,7 +41,7 @@ std::optional<kernels::QuantType> WeightPlan::quant_for(MatrixRole role, int in_
   if (scheme == WeightScheme::Q8_0 || (scheme == WeightScheme::Q4_0 && role == MatrixRole::LmHead)) return QuantType::Q8_0;
   if (scheme == WeightScheme::Q4_0) return QuantType::Q4_0;
   if (in_features % kernels::kQK_K != 0) return QuantType::Q8_0;  // q4_k_m on a width the K-quants cannot take
-  const bool more_bits = (role == MatrixRole::MlpDown || role == MatrixRole::AttnQkv) && layer >= 0 &&
+  const bool more_bits = (role == MatrixRole::MlpDown || role == MatrixRole::AttnV) && layer >= 0 &&
                          more_bits_layer(layer, n_layers);
   return role == MatrixRole::LmHead || more_bits ? QuantType::Q6_K : QuantType::Q4_K;
 }

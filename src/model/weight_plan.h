@@ -7,12 +7,13 @@
 //   q4_0  every projection in Q4_0; the lm_head in Q8_0.
 //   q4_k_m llama.cpp's Q4_K_M mix: Q4_K everywhere, except Q6_K for the lm_head and, in the layers where
 //         llama.cpp gives attn_v and ffn_down more bits (the first and last eighth and every third layer between:
-//         use_more_bits), for ffn_down and the fused q/k/v projection (llama.cpp upgrades attn_v alone; ours is
-//         fused, so q and k get Q6_K there too: slightly larger than llama.cpp's file, never less precise).
+//         use_more_bits), for ffn_down and v_proj (the fused q/k/v product then holds q and k in Q4_K and v in
+//         Q6_K: kernels::Linear::stacked). The same formats, tensor for tensor, as llama.cpp's file.
 // A matrix whose in_features is not a multiple of the format's block (32; 256 for the K-quants) falls back to Q8_0
 // where it can and to the float format otherwise (llama.cpp falls back likewise).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -27,7 +28,11 @@ const char* weight_scheme_name(WeightScheme s);  // "native", "q8_0", "q4_0", "q
 // "native" | "bf16" | "q8_0" | "q4_0" | "q4_k_m" (any case) -> scheme; ts::Error naming the valid ones otherwise.
 WeightScheme parse_weight_scheme(const std::string& name);
 
-enum class MatrixRole { AttnQkv, AttnOut, MlpGateUp, MlpDown, LmHead, DrafterFc };
+// AttnV: the v part of the fused AttnQkv product (part_role), which a mix may store apart.
+enum class MatrixRole { AttnQkv, AttnV, AttnOut, MlpGateUp, MlpDown, LmHead, DrafterFc };
+
+// The role of part `part` of a fused product of `role` (q, k, v for AttnQkv: v is AttnV).
+MatrixRole part_role(MatrixRole role, size_t part);
 
 struct WeightPlan {
   DType compute = DType::BF16;  // the float GEMM's type (F32 or BF16) for matrices left unquantized

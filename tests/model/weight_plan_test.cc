@@ -33,7 +33,7 @@ TEST(WeightPlan, Q8AndQ4) {
 }
 
 // llama.cpp (llama-quant.cpp): use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2; Q4_K_M gives
-// attn_v and ffn_down Q6_K in those layers and the output tensor Q6_K.
+// attn_v and ffn_down Q6_K in those layers and the output tensor Q6_K; attn_q and attn_k stay Q4_K.
 TEST(WeightPlan, Q4KMFollowsLlamaCppsMix) {
   const int n = 20;
   int more = 0;
@@ -43,7 +43,9 @@ TEST(WeightPlan, Q4KMFollowsLlamaCppsMix) {
     WeightPlan p{DType::BF16, WeightScheme::Q4_K_M, layer, n};
     const QuantType big = expect_more ? QuantType::Q6_K : QuantType::Q4_K;
     EXPECT_EQ(p.quant_for(MatrixRole::MlpDown, 1536), big) << layer;
-    EXPECT_EQ(p.quant_for(MatrixRole::AttnQkv, 512), big) << layer;
+    EXPECT_EQ(p.quant_for(MatrixRole::AttnV, 512), big) << layer;
+    EXPECT_EQ(p.quant_for(part_role(MatrixRole::AttnQkv, 2), 512), big) << layer;  // the fused product's v
+    EXPECT_EQ(p.quant_for(MatrixRole::AttnQkv, 512), QuantType::Q4_K) << layer;  // its q and k
     EXPECT_EQ(p.quant_for(MatrixRole::MlpGateUp, 512), QuantType::Q4_K) << layer;
     EXPECT_EQ(p.quant_for(MatrixRole::AttnOut, 512), QuantType::Q4_K) << layer;
   }

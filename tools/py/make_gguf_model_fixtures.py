@@ -153,9 +153,35 @@ def write_model(gguf, case, out_path, q8_projections=False):
 FILE_TYPES = {"Q8_0": "MOSTLY_Q8_0", "Q4_0": "MOSTLY_Q4_0", "BF16": "MOSTLY_BF16"}
 
 
-def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=False):
+def q4_k_m_mix(gguf, n_layers, tied, quantize_embeddings):
+    """llama.cpp's Q4_K_M choice per tensor name (llama-quant.cpp, llama_tensor_get_type, for a model without
+    experts that is not Falcon): output.weight Q6_K (a tied token_embd, which serves as the output, too); attn_v and
+    ffn_down Q6_K in the layers use_more_bits picks, Q4_K elsewhere; the other projections and an untied token_embd
+    Q4_K. quantize_embeddings False keeps token_embd F32 (llama-quantize --token-embedding-type f32). Returns
+    {name: type} as a function; None for tensors left F32."""
+    T = gguf.GGMLQuantizationType
+
+    def more_bits(i):  # use_more_bits(i_layer, n_layers); i counts attn_v / ffn_down tensors, one per layer here
+        return i < n_layers // 8 or i >= 7 * n_layers // 8 or (i - n_layers // 8) % 3 == 2
+
+    def choose(tname):
+        if tname == "output.weight" or (tied and tname == "token_embd.weight" and quantize_embeddings):
+            return T.Q6_K
+        if tname == "token_embd.weight":
+            return T.Q4_K if quantize_embeddings else None
+        if not tname.endswith(PROJECTIONS):
+            return None
+        if tname.endswith(("attn_v.weight", "ffn_down.weight")) and more_bits(int(tname.split(".")[1])):
+            return T.Q6_K
+        return T.Q4_K
+    return choose
+
+
+def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=False, mix=None, quantize=None):
     """A Hugging Face folder (one model.safetensors) as llama.cpp's converter writes it: the seven projections in
-    qtype (a GGMLQuantizationType; None: F32), token_embd and output too when quantize_embeddings, the rest F32."""
+    qtype (a GGMLQuantizationType; None: F32), token_embd and output too when quantize_embeddings, the rest F32.
+    mix "q4_k_m": per tensor as q4_k_m_mix says instead (file type MOSTLY_Q4_K_M). quantize(array, type) -> the
+    blocks as uint8 [rows, row bytes]; default gguf-py's quantizer (which has no K-quants)."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     arch = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}[
@@ -199,7 +225,10 @@ def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=F
     if "head_dim" in cfg:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
-    ftype = getattr(gguf.LlamaFileType, FILE_TYPES[qtype.name]) if qtype is not None else gguf.LlamaFileType.ALL_F32
+    if mix == "q4_k_m":
+        ftype = gguf.LlamaFileType.MOSTLY_Q4_K_M
+    else:
+        ftype = getattr(gguf.LlamaFileType, FILE_TYPES[qtype.name]) if qtype is not None else gguf.LlamaFileType.ALL_F32
     w.add_file_type(ftype)
     if arch == "llama":  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(cfg["vocab_size"])
@@ -213,22 +242,29 @@ def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=F
     tensors = []  # (name, array, qtype); generate_extra_tensors come first, as in prepare_tensors
     if arch == "llama" and rtype == "llama3":
         tensors.append(("rope_freqs.weight", llama3_rope_factors(rope, theta, head_dim), None))
+    choose_type = None
+    if mix == "q4_k_m":
+        choose_type = q4_k_m_mix(gguf, cfg["num_hidden_layers"], "lm_head.weight" not in weights, quantize_embeddings)
     for hf, a in weights.items():
         if arch == "llama" and hf.endswith(("q_proj.weight", "q_proj.bias")):
             a = llama_permute(a, n_head, n_head)
         if arch == "llama" and hf.endswith(("k_proj.weight", "k_proj.bias")):
             a = llama_permute(a, n_head, n_kv)
         tname = gguf_name(hf)
-        quantized = tname.endswith(PROJECTIONS) or (
-            quantize_embeddings and tname in ("token_embd.weight", "output.weight"))
-        tensors.append((tname, np.ascontiguousarray(a, dtype=np.float32), qtype if quantized else None))
+        if choose_type is not None:
+            ttype = choose_type(tname)
+        else:
+            quantized = tname.endswith(PROJECTIONS) or (
+                quantize_embeddings and tname in ("token_embd.weight", "output.weight"))
+            ttype = qtype if quantized else None
+        tensors.append((tname, np.ascontiguousarray(a, dtype=np.float32), ttype))
     del weights
     while tensors:  # popped, so a big model's float copies are freed tensor by tensor
         tname, a, ttype = tensors.pop(0)
         if ttype is None:
             w.add_tensor(tname, a, raw_dtype=gguf.GGMLQuantizationType.F32)
         else:
-            data = gguf.quants.quantize(a, ttype)
+            data = (quantize or gguf.quants.quantize)(a, ttype)
             w.add_tensor(tname, data, raw_dtype=ttype)  # the byte shape is converted back, as in convert
     w.write_header_to_file()
     w.write_kv_data_to_file()
