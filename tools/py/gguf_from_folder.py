@@ -9,9 +9,12 @@ Q4_K_M load test (tests/model/gguf_q4km_test.cc); the tokenizer is left out, as 
 make_gguf_model_fixtures.py leave it.
 
   /usr/bin/python3 tools/py/gguf_from_folder.py FOLDER OUT.gguf [--type q8_0|q4_0|q4_k_m|bf16|f32]
-                                                                [--float-embeddings]
+                                                                [--float-embeddings] [--tokenizer PRE]
 
---float-embeddings keeps token_embd F32 (llama-quantize --token-embedding-type f32).
+--float-embeddings keeps token_embd F32 (llama-quantize --token-embedding-type f32). --tokenizer PRE also writes
+the folder's tokenizer.json, chat template and special ids as the converter does, with PRE as the pre-tokenizer
+name (e.g. qwen2 for the shipped target, whose split regex is Qwen2's), so the file runs on its own.
+The folder holds model.safetensors or the shards of a model.safetensors.index.json.
 Needs gguf-py and ggml-quants.c (scripts/fetch-llama-cpp-ref.sh), numpy and gcc; holds the model as float32 while
 it converts (about 4 bytes per parameter, plus the quantized copy). Written to OUT.partial, then renamed. Exit
 status 77: llama.cpp's source is missing (a caller may skip).
@@ -27,6 +30,13 @@ def main():
     args = sys.argv[1:]
     float_embeddings = "--float-embeddings" in args
     args = [a for a in args if a != "--float-embeddings"]
+    tokenizer_pre = None
+    if "--tokenizer" in args:
+        at = args.index("--tokenizer")
+        if at + 1 >= len(args):
+            sys.exit(__doc__)
+        tokenizer_pre = args[at + 1]
+        del args[at:at + 2]
     qname = "q8_0"
     if len(args) == 4 and args[2] == "--type":
         qname = args[3]
@@ -53,11 +63,13 @@ def main():
                              "formats treespark does not read (Q5_0, Q5_1)")
                 return refs.c_quantize(c_names[ttype], a.reshape(-1)).reshape(a.shape[0], -1)
             fixtures.write_folder(gguf, folder, partial, name, mix="q4_k_m",
-                                  quantize_embeddings=not float_embeddings, quantize=quantize)
+                                  quantize_embeddings=not float_embeddings, quantize=quantize,
+                                  tokenizer_pre=tokenizer_pre)
     else:
         qtype = None if qname == "f32" else getattr(gguf.GGMLQuantizationType, qname.upper())
         fixtures.write_folder(gguf, folder, partial, name, qtype,
-                              quantize_embeddings=qtype is not None and not float_embeddings)
+                              quantize_embeddings=qtype is not None and not float_embeddings,
+                              tokenizer_pre=tokenizer_pre)
     os.replace(partial, out)
     print(f"{out}: {os.path.getsize(out)} bytes")
 

@@ -87,6 +87,20 @@ def read_safetensors(path):
     return out
 
 
+def read_folder_weights(folder):
+    """{name: float32 array} of a folder's model.safetensors, or of the shards its model.safetensors.index.json
+    lists (in shard order, each shard's tensors in file order)."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(folder, "model.safetensors"))
+    with open(index) as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    out = {}
+    for shard in shards:
+        out.update(read_safetensors(os.path.join(folder, shard)))
+    return out
+
+
 def llama_permute(w, n_head, n_head_kv):
     """LlamaModel.permute (conversion/llama.py), in numpy."""
     if n_head_kv is not None and n_head != n_head_kv:
@@ -177,16 +191,19 @@ def q4_k_m_mix(gguf, n_layers, tied, quantize_embeddings):
     return choose
 
 
-def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=False, mix=None, quantize=None):
+def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=False, mix=None, quantize=None,
+                 tokenizer_pre=None):
     """A Hugging Face folder (one model.safetensors) as llama.cpp's converter writes it: the seven projections in
     qtype (a GGMLQuantizationType; None: F32), token_embd and output too when quantize_embeddings, the rest F32.
     mix "q4_k_m": per tensor as q4_k_m_mix says instead (file type MOSTLY_Q4_K_M). quantize(array, type) -> the
-    blocks as uint8 [rows, row bytes]; default gguf-py's quantizer (which has no K-quants)."""
+    blocks as uint8 [rows, row bytes]; default gguf-py's quantizer (which has no K-quants). tokenizer_pre: also
+    write the folder's tokenizer.json (and tokenizer_config.json's template and special ids) as the converter does,
+    under that pre-tokenizer name; None leaves the tokenizer out (bos / eos ids from config.json only)."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     arch = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}[
         cfg["architectures"][0]]
-    weights = read_safetensors(os.path.join(folder, "model.safetensors"))
+    weights = read_folder_weights(folder)
     n_head, n_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads")
     head_dim = cfg.get("head_dim", cfg["hidden_size"] // n_head)
     rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
@@ -233,11 +250,14 @@ def write_folder(gguf, folder, out_path, name, qtype=None, quantize_embeddings=F
     if arch == "llama":  # LlamaModel.set_gguf_parameters
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(head_dim)
-    # set_vocab: these goldens have no tokenizer; SpecialVocab still takes bos / eos from config.json.
-    if "bos_token_id" in cfg:  # make-model's folders have none
-        w.add_bos_token_id(cfg["bos_token_id"])
-    if "eos_token_id" in cfg:
-        w.add_eos_token_id(cfg["eos_token_id"])
+    if tokenizer_pre is not None:
+        add_tokenizer(gguf, w, folder, tokenizer_pre, cfg["vocab_size"])
+    else:
+        # set_vocab: these goldens have no tokenizer; SpecialVocab still takes bos / eos from config.json.
+        if "bos_token_id" in cfg:  # make-model's folders have none
+            w.add_bos_token_id(cfg["bos_token_id"])
+        if "eos_token_id" in cfg:
+            w.add_eos_token_id(cfg["eos_token_id"])
 
     tensors = []  # (name, array, qtype); generate_extra_tensors come first, as in prepare_tensors
     if arch == "llama" and rtype == "llama3":
@@ -280,7 +300,9 @@ def does_token_look_special(t):
             or (t.startswith("<\uff5c") and t.endswith("\uff5c>")) or (t.startswith("<unused") and t.endswith(">")))
 
 
-def write_tokenizer(gguf, folder, pre, vocab_size, out_path, name):
+def add_tokenizer(gguf, w, folder, pre, vocab_size):
+    """The folder's BPE tokenizer.json as _set_vocab_gpt2 writes it (tokens, types, pre name, merges, special ids,
+    chat template), into the writer w; vocab_size None: the tokenizer's own size."""
     with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
         tj = json.load(f)
     reverse = {i: t for t, i in tj["model"]["vocab"].items()}
@@ -308,14 +330,18 @@ def write_tokenizer(gguf, folder, pre, vocab_size, out_path, name):
         else:
             types.append(T.NORMAL)
         tokens.append(tok)
-    w = gguf.GGUFWriter(out_path, arch="llama")  # a tokenizer-only file still names an architecture
-    w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(name)
     w.add_tokenizer_model("gpt2")  # _set_vocab_gpt2
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
     gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size).add_to_gguf(w, quiet=True)
+
+
+def write_tokenizer(gguf, folder, pre, vocab_size, out_path, name):
+    w = gguf.GGUFWriter(out_path, arch="llama")  # a tokenizer-only file still names an architecture
+    w.add_type(gguf.GGUFType.MODEL)
+    w.add_name(name)
+    add_tokenizer(gguf, w, folder, pre, vocab_size)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
