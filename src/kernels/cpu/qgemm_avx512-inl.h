@@ -15,11 +15,13 @@ namespace {
 // Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
 // group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
 constexpr size_t kPrefetchBytes = 2048;
-// Rows per tile: 8, and 16 for Q8_0. A Q8_0 block is 544 bytes, so an 8-row tile streaming from DRAM at the
-// integer peak would want twice the read bandwidth of the CPUs measured; 16 rows (16 accumulators, 8 weight
-// quads) still fit the 32 zmm registers. Q4_0's 288-byte blocks gain nothing from 16 (bench_linear).
+// Rows per tile: 16 (16 accumulators and 8 weight quads fit the 32 zmm registers). A block's weights are unpacked
+// once per tile (12 vector ops for Q4_0 beside each row's 11), so 16 rows halve that share; and a Q8_0 block is
+// 544 bytes, which an 8-row tile at the integer peak would want at twice the read bandwidth of the CPUs measured.
+// Q4_0 at 16 rows, 2048x2048 from DRAM, Xeon model 167: 2.44-2.61x one row in 8-row tiles, 2.20-2.24x in one
+// (docs/results/optimization-notes.md). The emulated product (no VNNI) keeps 8 rows for Q4_0: 16 spill there.
 template <QuantType kT>
-constexpr int kMaxTileRows = kT == QuantType::Q8_0 ? 16 : 8;
+constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 
