@@ -17,9 +17,9 @@ namespace {
 constexpr size_t kPrefetchBytes = 2048;
 // Rows per tile: 16 (16 accumulators and 8 weight quads fit the 32 zmm registers). A block's weights are unpacked
 // once per tile (12 vector ops for Q4_0 beside each row's 11), so 16 rows halve that share; and a Q8_0 block is
-// 544 bytes, which an 8-row tile at the integer peak would want at twice the read bandwidth of the CPUs measured.
-// Q4_0 at 16 rows, 2048x2048 from DRAM, Xeon model 167: 2.44-2.61x one row in 8-row tiles, 2.20-2.24x in one
-// (docs/results/optimization-notes.md). The emulated product (no VNNI) keeps 8 rows for Q4_0: 16 spill there.
+// 544 bytes, which an 8-row tile at the integer peak would want at twice the read bandwidth of the CPUs measured
+// (docs/results/optimization-notes.md, "Quantized tiles: 16 rows"). The emulated product (no VNNI) keeps 8 rows
+// for Q4_0: 16 spill registers there.
 template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 

@@ -15,9 +15,8 @@ namespace {
 
 // Rows per tile: 16 (16 accumulators and 8 weight quads fit the 32 zmm registers), as in qgemm_avx512-inl.h: a
 // block's weights and scales are widened once per tile, and Q6_K's 3360-byte group super-blocks stream from DRAM
-// faster than 8 rows consume them at the integer peak. Q4_K at 16 rows, 2048x2048 from DRAM, Xeon model 167:
-// 2.77-2.78x one row in 8-row tiles, 2.44-2.56x in one. The emulated product (no VNNI) keeps 8 rows for Q4_K:
-// 16 spill there.
+// faster than 8 rows consume them at the integer peak (optimization-notes.md, "Quantized tiles: 16 rows"). The
+// emulated product (no VNNI) keeps 8 rows for Q4_K: 16 spill registers there.
 template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q6_K || TS_Q_VNNI ? 16 : 8;
 
