@@ -18,6 +18,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const G
   config.max_queue = 1;
   config.max_context = target_.config().max_position_embeddings;
   config.prefill_chunk = config.max_context;
+  config.on_step = on_step_;
   Engine engine(target_, drafter_, config);
 
   Request request;

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/metrics.h"
 #include "engine/request.h"
 #include "model/drafter.h"
 #include "model/target_model.h"
@@ -44,11 +46,14 @@ class Generator {
   // on_token(id) is called for every generated token as soon as it is final.
   GenerationResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                             const std::function<void(int32_t)>& on_token = nullptr);
+  // Called after every engine step with what it did (EngineConfig::on_step): the policy's decisions, for logs.
+  void set_on_step(std::function<void(const StepReport&)> on_step) { on_step_ = std::move(on_step); }
 
  private:
   TargetModel& target_;
   Drafter* drafter_;
   spec_decode::Calibration calibration_;
+  std::function<void(const StepReport&)> on_step_;
 };
 
 }  // namespace ts

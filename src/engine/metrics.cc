@@ -59,4 +59,16 @@ std::vector<double> e2e_buckets() {
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
+std::string describe_policy_step(const StepReport& r) {
+  if (r.batch == 0) return "";
+  std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
+                         r.plain_probe ? " plain-probe" : "",
+                         r.modelled_ms > 0 ? cat(" predicted ", r.modelled_ms, " ms") : std::string(), " actual ",
+                         r.step_ms, " ms;");
+  for (const RoundDecision& d : r.decisions)
+    line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
+                        : cat(" [", d.id, " plain]");
+  return line;
+}
+
 }  // namespace ts

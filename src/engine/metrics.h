@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/request.h"
@@ -54,6 +55,12 @@ struct StepReport {
   bool plain_probe = false;  // the step ran plain to measure the plain price while speculation paid (scheduler.h)
   std::vector<RoundDecision> decisions;  // one per decoding request
 };
+
+// One line of what the policy decided in a decode step and what the step cost, for the debug logs of `serve` and
+// `generate` ("treespark policy: step 12 batch 1 predicted 1.4 ms actual 1.5 ms; [3 theta 0.17 nodes 2 acc 1]";
+// no prediction for a step the load-adaptive policy did not price, e.g. generate's fixed pricing); "" for a step
+// without decoding requests.
+std::string describe_policy_step(const StepReport& r);
 
 struct EngineMetrics {
   // Gauges.

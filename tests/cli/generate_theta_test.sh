@@ -31,9 +31,15 @@ gen --theta 0.1 --adaptive-theta > "$dir/floor.json" 2> /dev/null || fail "--the
 if gen --fixed-theta --adaptive-theta > /dev/null 2> "$dir/both.err"; then fail "both policy flags accepted"; fi
 grep -q "exclude each other" "$dir/both.err" || { cat "$dir/both.err"; fail "no clear message for both flags"; }
 
+gen --log-level debug > "$dir/debug.json" 2> "$dir/debug.err" || { cat "$dir/debug.err"; fail "--log-level debug"; }
+rounds="$(field rounds < "$dir/debug.json")"
+lines="$(grep -c '^treespark policy: step [0-9]* batch 1 .*actual .* ms; \[1 theta .* nodes [0-9]* acc [0-9]*\]' "$dir/debug.err")"
+[ "$lines" -ge "$rounds" ] && [ "$rounds" -gt 0 ] || { cat "$dir/debug.err"; fail "--log-level debug: $lines step lines for $rounds rounds"; }
+if gen --log-level loud > /dev/null 2>&1; then fail "--log-level loud accepted"; fi
+
 gen --mode none > "$dir/none.json" 2> /dev/null || fail "--mode none"
 ids_none="$(field ids < "$dir/none.json")"
-for f in adaptive theta fixed floor; do
+for f in adaptive theta fixed floor debug; do
   [ "$(field ids < "$dir/$f.json")" = "$ids_none" ] || fail "$f: greedy ids differ from the target alone"
 done
 echo "generate theta policy: ok"

@@ -100,6 +100,11 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--no-thinking", no_thinking, "chat template with enable_thinking=false");
   app.add_option("--n", n, "independent completions (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "one JSON object per completion, one per line");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "info: start-up decisions; debug: also one line per engine step on stderr (theta, tree size and "
+                 "accepted drafts, predicted vs actual ms), as serve's")
+      ->check(CLI::IsMember({"info", "debug"}));
   app.add_flag("--compare", compare,
                "after each speculative completion, decode the same prompt with the target alone (same sampling "
                "and seed) and print both speeds side by side; at temperature 0 the texts must be identical");
@@ -178,6 +183,12 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
   Generator generator(*bundle.target, bundle.drafter.get(),
                       bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
+  if (log_level == "debug") {
+    generator.set_on_step([](const StepReport& r) {
+      const std::string line = describe_policy_step(r);
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+    });
+  }
 
   for (int i = 0; i < n; ++i) {
     opt.sampling.seed = flags.seed + uint64_t(i);

@@ -56,14 +56,8 @@ struct SpecFlags {
 
 // --log-level debug: what the load-adaptive policy decided in one decode step and what the step cost.
 void log_policy_step(const StepReport& r) {
-  if (r.batch == 0) return;
-  std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
-                         r.plain_probe ? " plain-probe" : "",
-                         " predicted ", r.modelled_ms, " ms actual ", r.step_ms, " ms;");
-  for (const RoundDecision& d : r.decisions)
-    line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
-                        : cat(" [", d.id, " plain]");
-  std::fprintf(stderr, "%s\n", line.c_str());
+  const std::string line = describe_policy_step(r);
+  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 }  // namespace
