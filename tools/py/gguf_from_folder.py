@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""A GGUF file from a Hugging Face folder (one model.safetensors, as `treespark make-model` writes it), written with
+"""A GGUF file from a Hugging Face folder (as `treespark make-model` writes it, or sharded), written with
 llama.cpp's gguf-py the way its converter and llama-quantize lay a file type out: for q8_0, q4_0, bf16 and f32 the
 seven projections, token_embd and output in TYPE; for q4_k_m llama.cpp's Q4_K_M mix (Q6_K output, attn_v and
 ffn_down Q6_K in use_more_bits layers, Q4_K the rest; make_gguf_model_fixtures.q4_k_m_mix), quantized by ggml's own
 C reference (ggml-quants.c, compiled on the fly as tools/py/make_quant_fixtures.py does: gguf-py has no K-quant
 quantizer). Norms and biases F32. For load-time measurements on big random models (`treespark bench load`) and the
-Q4_K_M load test (tests/model/gguf_q4km_test.cc); the tokenizer is left out, as the fixtures of
-make_gguf_model_fixtures.py leave it.
+Q4_K_M load test (tests/model/gguf_q4km_test.cc); the tokenizer is left out unless --tokenizer asks for it, as
+the fixtures of make_gguf_model_fixtures.py leave it.
 
   /usr/bin/python3 tools/py/gguf_from_folder.py FOLDER OUT.gguf [--type q8_0|q4_0|q4_k_m|bf16|f32]
                                                                 [--float-embeddings] [--tokenizer PRE]
