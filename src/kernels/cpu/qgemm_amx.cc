@@ -122,11 +122,11 @@ TS_Q_TARGET TS_INLINE void prepare(const uint8_t* group, int b, uint8_t (*ring)[
   weight_bytes<kT>(quants, ring[b % kRing]);
 }
 
-// Starts block b's product in C tile kC (A and B: tmm4 + kC % 2, tmm6 + kC % 2).
+// Starts block t's product in C tile kC (A and B: tmm4 + kC % 2, tmm6 + kC % 2); ab: its activation block.
 template <QuantType kT, int kC>
-TS_Q_TARGET TS_INLINE void issue(const Rows& x, int b, uint8_t (*ring)[512]) {
-  const int8_t* a = x.q + size_t(b) * kQBlock;
-  const uint8_t* w = ring[b % kRing];
+TS_Q_TARGET TS_INLINE void issue(const Rows& x, int t, int ab, uint8_t (*ring)[512]) {
+  const int8_t* a = x.q + size_t(ab) * kQBlock;
+  const uint8_t* w = ring[t % kRing];
   __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm that do not say they read memory
   // GCC's tile intrinsics paste the tile number into the instruction text: literals only.
 #define TS_AMX_BLOCK(C, A, B)            \
@@ -161,13 +161,13 @@ struct Q4KScales {
   alignas(64) uint8_t sc[128], mn[128];  // [8 j][16 lanes]
 };
 
-// Block b's f32 step for R rows: c holds its integer sums [R][16].
+// Block t's f32 step for R rows (b: its activation block): c holds its integer sums [R][16].
 template <QuantType kT, int R>
-TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* group, int b, const int32_t* c, Q4KScales& k4,
-                               __m512 (&acc)[R]) {
+TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* groups, int t, int b, const int32_t* c,
+                                  Q4KScales& k4, __m512 (&acc)[R]) {
   if constexpr (kT == QuantType::Q4_K) {
     const int j = b % kQBlocksPerSuper;
-    const uint8_t* sb = group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
+    const uint8_t* sb = groups + size_t(t / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
     if (j == 0) q4k_scale_bytes(sb, k4.sc, k4.mn);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
@@ -180,7 +180,7 @@ TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* group, int b, co
     }
   } else {
     const __m512 wscale = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + size_t(b) * kBlockStride<kT>)));
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups + size_t(t) * kBlockStride<kT>)));
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512i s = _mm512_load_si512(c + 16 * r);
@@ -190,44 +190,77 @@ TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* group, int b, co
   }
 }
 
-// Block b's step (b % 4 == kPos): prepare block b + kSplitAhead's weight bytes, issue block b + 3, store block
-// b + 1's sums, then block b's f32 work on the sums stored one step earlier. Four C tiles keep three products in
-// flight, and a tile load reads weight bytes stored kSplitAhead - 3 steps earlier (a tile load right after the vector
-// stores it reads waits for them to leave the store buffer).
+// Where a tile's outputs go: group g's 16 outputs of its R rows at y + 16 g (row stride ldy), the last group's
+// first valid_last lanes only.
+struct Out {
+  float* y;
+  int ldy, groups, valid_last;
+};
+
+// Block t's step (t % 4 == kPos; b = t mod nb, its activation block): prepare block t + kSplitAhead's weight bytes,
+// issue block t + 3, store block t + 1's sums, then block t's f32 work on the sums stored one step earlier; after a
+// group's last block, its outputs are stored and the accumulators restart. Four C tiles keep three products in
+// flight, and a tile load reads weight bytes stored kSplitAhead - 3 steps earlier (a tile load right after the
+// vector stores it reads waits for them to leave the store buffer). t runs over all the tile's groups at once (their
+// blocks are contiguous in the packed weights), so the pipeline fills and drains once per call, not per group.
 template <QuantType kT, int R, int kPos>
-TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* group, int b, uint8_t (*ring)[512],
-                                int32_t (*c_buf)[kTileRows * 16], Q4KScales& k4, __m512 (&acc)[R], bool prefetch) {
-  if (b + kSplitAhead < x.nb) prepare<kT>(group, b + kSplitAhead, ring, prefetch);
-  if (b + 3 < x.nb) issue<kT, (kPos + 3) % 4>(x, b + 3, ring);
-  if (b + 1 < x.nb) store_sums<(kPos + 1) % 4>(c_buf[(b + 1) % 2]);
-  finish<kT, R>(x, group, b, c_buf[b % 2], k4, acc);
+TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* groups, int t, int b, int total, uint8_t (*ring)[512],
+                                int32_t (*c_buf)[kTileRows * 16], Q4KScales& k4, __m512 (&acc)[R], bool prefetch,
+                                const Out& out, int& g) {
+  if (t + kSplitAhead < total) prepare<kT>(groups, t + kSplitAhead, ring, prefetch);
+  if (t + 3 < total) {
+    const int b3 = x.nb > 3 ? (b + 3 < x.nb ? b + 3 : b + 3 - x.nb) : (b + 3) % x.nb;  // block t + 3's
+    issue<kT, (kPos + 3) % 4>(x, t + 3, b3, ring);
+  }
+  if (t + 1 < total) store_sums<(kPos + 1) % 4>(c_buf[(t + 1) % 2]);
+  finish<kT, R>(x, groups, t, b, c_buf[t % 2], k4, acc);
+  if (b == x.nb - 1) {
+    const int valid = g == out.groups - 1 ? out.valid_last : kQGroup;
+    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+    float* y = out.y + size_t(g) * kQGroup;
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      _mm512_mask_storeu_ps(y + size_t(r) * out.ldy, mask, acc[r]);
+      acc[r] = _mm512_setzero_ps();
+    }
+    ++g;
+  }
 }
 
-// One group's 16 outputs for R rows: y[r, 0..valid_lanes) (row stride ldy).
+// out.groups consecutive groups' 16 outputs each (from `groups`) for R rows.
 template <QuantType kT, int R>
-TS_Q_TARGET void tile(const Rows& x, const uint8_t* group, float* y, int ldy, int valid_lanes, bool prefetch) {
+TS_Q_TARGET void tile(const Rows& x, const uint8_t* groups, const Out& out, bool prefetch) {
   __m512 acc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   alignas(64) int32_t c_buf[2][kTileRows * 16];  // [block % 2][rows][16 outputs]
   alignas(64) uint8_t ring[kRing][512];          // [block % kRing]: B's bytes
   Q4KScales k4;
-  const int nb = x.nb;
-  for (int b = 0; b < std::min(nb, kSplitAhead); ++b) prepare<kT>(group, b, ring, prefetch);
-  issue<kT, 0>(x, 0, ring);
-  if (nb > 1) issue<kT, 1>(x, 1, ring);
-  if (nb > 2) issue<kT, 2>(x, 2, ring);
+  const int nb = x.nb, total = nb * out.groups;
+  auto act = [nb](int t) { return t % nb; };  // prologue only
+  for (int t = 0; t < std::min(total, kSplitAhead); ++t) prepare<kT>(groups, t, ring, prefetch);
+  issue<kT, 0>(x, 0, 0, ring);
+  if (total > 1) issue<kT, 1>(x, 1, act(1), ring);
+  if (total > 2) issue<kT, 2>(x, 2, act(2), ring);
   store_sums<0>(c_buf[0]);
-  for (int b = 0; b < nb; b += 4) {
-    step<kT, R, 0>(x, group, b, ring, c_buf, k4, acc, prefetch);
-    if (b + 1 < nb) step<kT, R, 1>(x, group, b + 1, ring, c_buf, k4, acc, prefetch);
-    if (b + 2 < nb) step<kT, R, 2>(x, group, b + 2, ring, c_buf, k4, acc, prefetch);
-    if (b + 3 < nb) step<kT, R, 3>(x, group, b + 3, ring, c_buf, k4, acc, prefetch);
+  int g = 0, b = 0;  // block t's group and activation block
+  const auto next = [nb](int& b) { b = b + 1 < nb ? b + 1 : 0; };
+  for (int t = 0; t < total; t += 4) {
+    step<kT, R, 0>(x, groups, t, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    next(b);
+    if (t + 1 < total) step<kT, R, 1>(x, groups, t + 1, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    next(b);
+    if (t + 2 < total) step<kT, R, 2>(x, groups, t + 2, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    next(b);
+    if (t + 3 < total) step<kT, R, 3>(x, groups, t + 3, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    next(b);
   }
-  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
 }
+
+// Groups one tile call runs through before its next row tile (or the vnni rows) reads them again: its pipeline
+// fills and drains once per chunk, and a chunk's weights stay in L2 for the later row tiles (4 groups of a 2048-wide
+// Q4_0 product: 74 KB).
+constexpr int kChunkGroups = 4;
 
 // Rows a tile-sized call runs on AMX: whole 16-row tiles, and the last tile when it has kMinAmxRows rows or more.
 int amx_rows(int rows) {
@@ -244,21 +277,21 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
   const size_t group_bytes = qgemm_packed_bytes(kT, kQGroup, in_features);
   const TileConfig full = make_config(kTileRows), tail = make_config(std::max(1, tiled_rows % kTileRows));
   const TileConfig* loaded = nullptr;
-  for (int g = group_begin; g < group_end; ++g) {
-    const uint8_t* group = packed + size_t(g) * group_bytes;
-    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+  for (int g0 = group_begin; g0 < group_end; g0 += kChunkGroups) {
+    const int g1 = std::min(group_end, g0 + kChunkGroups);
+    const uint8_t* chunk = packed + size_t(g0) * group_bytes;
     for (int row0 = 0; row0 < tiled_rows; row0 += kTileRows) {
       const int rows = std::min(kTileRows, tiled_rows - row0);
       const TileConfig* want = rows == kTileRows ? &full : &tail;
       if (want != loaded) _tile_loadconfig(want), loaded = want;
       const Rows x{a.q.data() + size_t(row0) * in_features, a.d.data() + size_t(row0) * nb,
                    a.dsum.data() + size_t(row0) * nb, in_features, nb};
-      float* yt = y + size_t(row0) * out_features + g * kQGroup;
-      with_tile_rows<kTileRows>(rows, [&](auto r) {
-        tile<kT, decltype(r)::value>(x, group, yt, out_features, valid, row0 == 0);
-      });
+      const Out out{y + size_t(row0) * out_features + g0 * kQGroup, out_features, g1 - g0,
+                    std::min(kQGroup, out_features - (g1 - 1) * kQGroup)};
+      with_tile_rows<kTileRows>(rows, [&](auto r) { tile<kT, decltype(r)::value>(x, chunk, out, row0 == 0); });
     }
-    if (tiled_rows < a.rows) vnni_rows(tiled_rows, g);
+    if (tiled_rows < a.rows)
+      for (int g = g0; g < g1; ++g) vnni_rows(tiled_rows, g);
   }
   if (loaded != nullptr) _tile_release();
 }
