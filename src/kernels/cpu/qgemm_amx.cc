@@ -258,9 +258,10 @@ TS_Q_TARGET void tile(const Rows& x, const uint8_t* groups, const Out& out, bool
 }
 
 // Groups one tile call runs through before its next row tile (or the vnni rows) reads them again: its pipeline
-// fills and drains once per chunk, and a chunk's weights stay in L2 for the later row tiles (4 groups of a 2048-wide
-// Q4_0 product: 74 KB).
-constexpr int kChunkGroups = 4;
+// fills and drains once per chunk, and a chunk's weights stay in L2 for the later row tiles (16 groups of a
+// 2048-wide Q4_0 product: 295 KB; of a 6144-wide one: 884 KB). 16 beat 4 (optimization-notes.md, "AMX-INT8
+// quantized GEMM").
+constexpr int kChunkGroups = 16;
 
 // Rows a tile-sized call runs on AMX: whole 16-row tiles, and the last tile when it has kMinAmxRows rows or more.
 int amx_rows(int rows) {
