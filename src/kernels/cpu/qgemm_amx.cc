@@ -16,8 +16,8 @@
 //   C (tmm0-3, one per block mod 4): rows x 16 int32, zeroed per block: the block's exact integer sums, stored to
 //     memory one step before the f32 step reads them.
 // A step issues block b + 3's product, stores block b + 1's sums and runs block b's f32 work, so three products are
-// in flight. Row tiles below kMinAmxRows rows run the avx512-vnni tiles (the same bits); so does Q6_K (16-value
-// halves), always.
+// in flight; the steps run through the blocks of kChunkGroups groups in a row before the pipeline drains. Row tiles
+// below kMinAmxRows rows run the avx512-vnni tiles (the same bits); so does Q6_K (16-value halves), always.
 #include <immintrin.h>
 
 #include <algorithm>
