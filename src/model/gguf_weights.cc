@@ -144,16 +144,13 @@ kernels::Linear GgufWeights::linear(const std::vector<std::string>& hf_names, co
       formats.push_back(planned ? int(*planned) : -1);
     }
   }
-  std::vector<size_t> run_starts{0};
-  for (size_t i = 1; i < parts.size(); ++i)
-    if (formats[i] != formats[i - 1]) run_starts.push_back(i);
+  const std::vector<size_t> bounds = format_runs(formats);
   const bool all_quantized = std::find(formats.begin(), formats.end(), -1) == formats.end();
-  if (run_starts.size() == 1 || !all_quantized) return linear_of_parts(parts, hf_names[0], plan, role);
-  run_starts.push_back(parts.size());
+  if (bounds.size() == 2 || !all_quantized) return linear_of_parts(parts, hf_names[0], plan, role);
   std::vector<kernels::Linear> runs;
-  for (size_t r = 0; r + 1 < run_starts.size(); ++r)
-    runs.push_back(linear_of_parts({parts.begin() + run_starts[r], parts.begin() + run_starts[r + 1]},
-                                   hf_names[run_starts[r]], plan, part_role(role, run_starts[r])));
+  for (size_t r = 0; r + 1 < bounds.size(); ++r)
+    runs.push_back(linear_of_parts({parts.begin() + bounds[r], parts.begin() + bounds[r + 1]}, hf_names[bounds[r]],
+                                   plan, part_role(role, bounds[r])));
   return kernels::Linear::stacked(std::move(runs));
 }
 

@@ -71,17 +71,17 @@ kernels::Linear load_linear(const io::Checkpoint& ckpt, const std::vector<std::s
   TS_CHECK(names.size() == rows.size() && !names.empty(), "load_linear: names/rows mismatch");
   // Consecutive parts in one format are packed together; parts the plan stores in different formats (q4_k_m's v
   // in Q6_K beside q and k in Q4_K) make a stacked product of those runs.
-  std::vector<std::optional<kernels::QuantType>> formats;  // [parts]
-  for (size_t i = 0; i < names.size(); ++i) formats.push_back(plan.quant_for(part_role(role, i), int(in)));
-  std::vector<kernels::Linear> runs;
-  for (size_t i = 0; i < names.size();) {
-    size_t end = i + 1;
-    while (end < names.size() && formats[end] == formats[i]) ++end;
-    runs.push_back(load_same_format(ckpt, {names.begin() + i, names.begin() + end},
-                                    {rows.begin() + i, rows.begin() + end}, in, plan, part_role(role, i),
-                                    stack_scratch));
-    i = end;
+  std::vector<int> formats;  // [parts]: the planned QuantType's id, or -1 for the float GEMM
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto quant = plan.quant_for(part_role(role, i), int(in));
+    formats.push_back(quant ? int(*quant) : -1);
   }
+  const std::vector<size_t> bounds = format_runs(formats);
+  std::vector<kernels::Linear> runs;
+  for (size_t r = 0; r + 1 < bounds.size(); ++r)
+    runs.push_back(load_same_format(ckpt, {names.begin() + bounds[r], names.begin() + bounds[r + 1]},
+                                    {rows.begin() + bounds[r], rows.begin() + bounds[r + 1]}, in, plan,
+                                    part_role(role, bounds[r]), stack_scratch));
   return kernels::Linear::stacked(std::move(runs));
 }
 

@@ -31,6 +31,14 @@ MatrixRole part_role(MatrixRole role, size_t part) {
   return role == MatrixRole::AttnQkv && part == 2 ? MatrixRole::AttnV : role;
 }
 
+std::vector<size_t> format_runs(const std::vector<int>& keys) {
+  std::vector<size_t> bounds{0};
+  for (size_t i = 1; i < keys.size(); ++i)
+    if (keys[i] != keys[i - 1]) bounds.push_back(i);
+  bounds.push_back(keys.size());
+  return bounds;
+}
+
 bool WeightPlan::more_bits_layer(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }

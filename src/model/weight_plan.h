@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/quant.h"
@@ -33,6 +34,9 @@ enum class MatrixRole { AttnQkv, AttnV, AttnOut, MlpGateUp, MlpDown, LmHead, Dra
 
 // The role of part `part` of a fused product of `role` (q, k, v for AttnQkv: v is AttnV).
 MatrixRole part_role(MatrixRole role, size_t part);
+// A fused product's parts in runs of one format (keys: one per part, equal for parts stored alike): each run's
+// first part, then keys.size(). The loaders pack a run as one product and stack the runs (kernels::Linear::stacked).
+std::vector<size_t> format_runs(const std::vector<int>& keys);
 
 struct WeightPlan {
   DType compute = DType::BF16;  // the float GEMM's type (F32 or BF16) for matrices left unquantized

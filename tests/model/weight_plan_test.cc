@@ -55,5 +55,13 @@ TEST(WeightPlan, Q4KMFollowsLlamaCppsMix) {
   EXPECT_EQ(head.quant_for(MatrixRole::AttnOut, 96), QuantType::Q8_0);  // not 256-wide: the fallback
 }
 
+// A fused product's parts grouped into runs of one format: q, k in Q4_K and v in Q6_K are two runs; equal formats one.
+TEST(WeightPlan, FormatRunsSplitWhereTheFormatChanges) {
+  EXPECT_EQ(format_runs({12, 12, 14}), (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(format_runs({8, 8, 8}), (std::vector<size_t>{0, 3}));
+  EXPECT_EQ(format_runs({-1, 12, -1}), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(format_runs({2}), (std::vector<size_t>{0, 1}));
+}
+
 }  // namespace
 }  // namespace ts

@@ -183,12 +183,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
   Generator generator(*bundle.target, bundle.drafter.get(),
                       bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
-  if (log_level == "debug") {
-    generator.set_on_step([](const StepReport& r) {
-      const std::string line = describe_policy_step(r);
-      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-    });
-  }
+  if (log_level == "debug") generator.set_on_step(log_policy_step);
 
   for (int i = 0; i < n; ++i) {
     opt.sampling.seed = flags.seed + uint64_t(i);

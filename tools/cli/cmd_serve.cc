@@ -54,12 +54,6 @@ struct SpecFlags {
   }
 };
 
-// --log-level debug: what the load-adaptive policy decided in one decode step and what the step cost.
-void log_policy_step(const StepReport& r) {
-  const std::string line = describe_policy_step(r);
-  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-}
-
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {

@@ -1,5 +1,6 @@
 #include "decode_flags.h"
 
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -176,6 +177,11 @@ void add_drafter_quantize_option(CLI::App& app, std::string* choice) {
                  "q4_0 or q4_k_m, quantized at load like --quantize; any format keeps speculation lossless, a coarser "
                  "one only changes how many drafts are accepted")
       ->check([](const std::string& v) { return v == "auto" ? std::string() : weight_scheme_check(v); });
+}
+
+void log_policy_step(const StepReport& r) {
+  const std::string line = describe_policy_step(r);
+  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 }  // namespace ts::cli

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/metrics.h"
 #include "engine/sampling_defaults.h"
 #include "model/config.h"
 #include "model/drafter.h"
@@ -72,5 +73,8 @@ void add_quantize_option(CLI::App& app, std::string* choice);
 // --drafter-quantize auto|native|q8_0|q4_0|q4_k_m: the drafter's weight format (model/drafter.h;
 // resolve_drafter_weights in engine/model_bundle.h says what auto gives).
 void add_drafter_quantize_option(CLI::App& app, std::string* choice);
+
+// --log-level debug (generate, serve): describe_policy_step's line for one engine step on stderr.
+void log_policy_step(const StepReport& r);
 
 }  // namespace ts::cli
