@@ -25,14 +25,27 @@ constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 
-// One group's 16 outputs for R rows starting at row0; blocks walked in k order (qgemm.h, Determinism).
-template <QuantType kT, int R>
-TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
-                      int ldy, int valid_lanes, bool prefetch) {
+// Two groups per tile (tile's G = 2, VNNI only) for tiles of kMinPairRows .. kMaxPairRows<kT> rows: both groups'
+// weight streams are read at once and each broadcast activation quad feeds both groups' products. A few rows from
+// DRAM wait on the weight stream more than they compute, and two streams in flight cut their cost (Q4_0 at 4 rows
+// from ~1.2x one row to ~1.05x; cache-resident, unchanged: docs/results/optimization-notes.md, "Two groups per
+// tile"). A 16-row Q4_0 tile of two groups spills its 32 accumulators and was slower, so Q4_0 pairs up to 8 rows.
+constexpr int kMinPairRows = 2;
+template <QuantType kT>
+constexpr int kMaxPairRows = kT == QuantType::Q8_0 ? 16 : 8;
+
+// G groups' 16 outputs each (G = 1, or 2 from kMinPairRows rows with VNNI: `groups` of them, group_bytes apart) for
+// R rows starting at row0; blocks walked in k order (qgemm.h, Determinism): each output's operations are the same
+// whatever G is, so its bits are too. The last group's first valid_last lanes are stored.
+template <QuantType kT, int R, int G = 1>
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
+                      int nb, float* y, int ldy, int valid_last, bool prefetch) {
+  static_assert(G == 1 || (TS_Q_VNNI && R >= kMinPairRows), "two groups share broadcasts only with VNNI");
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
-  __m512 acc[R];
+  __m512 acc[G][R];  // [group][row]
   #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[g][r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   // The weight offset's correction starts each block's integer sum (all but the emulated Q8_0 path use offset
@@ -40,33 +53,37 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   constexpr bool kOffset = kT == QuantType::Q4_0 || TS_Q_VNNI;
   const int32_t* offset0 = (kT == QuantType::Q4_0 ? a.sum_neg8.data() : a.sum_neg128.data()) + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
-    if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
-      #pragma GCC unroll 8
-      for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
-    }
-    const __m512 wscale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    // w[j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
-    __m512i w[8];
+    __m512 wscale[G];
+    // w[g][j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
+    __m512i w[G][8];
     [[maybe_unused]] __mmask64 negative[8];
-    if constexpr (kT == QuantType::Q8_0) {
-      #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        w[j] = _mm512_loadu_si512(blk + 32 + 64 * j);  // w + 128
-        asm("" : "+v"(w[j]));  // a register for all the tile's rows: GCC would reload it per row beside dot_quad_at
-#if !TS_Q_VNNI
-        const __m512i signed_w = _mm512_xor_si512(w[j], _mm512_set1_epi8(char(0x80)));
-        negative[j] = _mm512_movepi8_mask(signed_w);
-        w[j] = _mm512_abs_epi8(signed_w);  // |w| <= 128 as uint8
-#endif
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* blk = group + g * group_bytes + size_t(b) * kGroupBlockBytes;
+      if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
+        #pragma GCC unroll 8
+        for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
       }
-    } else {
-      const __m512i low4 = _mm512_set1_epi8(0x0F);
-      #pragma GCC unroll 8
-      for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * j);
-        w[j] = _mm512_and_si512(v, low4);
-        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      wscale[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      if constexpr (kT == QuantType::Q8_0) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          w[g][j] = _mm512_loadu_si512(blk + 32 + 64 * j);  // w + 128
+          asm("" : "+v"(w[g][j]));  // a register for all the tile's rows: GCC would reload it per row beside dot_quad_at
+#if !TS_Q_VNNI
+          const __m512i signed_w = _mm512_xor_si512(w[g][j], _mm512_set1_epi8(char(0x80)));
+          negative[j] = _mm512_movepi8_mask(signed_w);
+          w[g][j] = _mm512_abs_epi8(signed_w);  // |w| <= 128 as uint8
+#endif
+        }
+      } else {
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        #pragma GCC unroll 8
+        for (int j = 0; j < 4; ++j) {
+          const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * j);
+          w[g][j] = _mm512_and_si512(v, low4);
+          w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
       }
     }
     #pragma GCC unroll 16
@@ -74,48 +91,76 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
       // Below 4 rows, two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; from 4
       // rows on, the rows' chains overlap and one sum per row saves the add. Integer, so exact either way.
-      constexpr int kChains = R < 4 ? 2 : 1;
+      constexpr int kChains = R < 4 && G == 1 ? 2 : 1;
       constexpr bool kFused = R >= (kT == QuantType::Q8_0 ? 2 : 4);  // from how many rows (dot_quad_at)
-      __m512i s[kChains];
-      s[0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
-      if constexpr (kChains == 2) s[1] = _mm512_setzero_si512();
+      __m512i s[G][kChains];
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        s[g][0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
+        if constexpr (kChains == 2) s[g][1] = _mm512_setzero_si512();
+      }
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
 #if !TS_Q_VNNI
         if constexpr (kT == QuantType::Q8_0) {
           __m512i x = broadcast_quad(xq + 4 * j);
           x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
-          s[j % kChains] = dot_quads(s[j % kChains], w[j], x);
+          s[0][j % kChains] = dot_quads(s[0][j % kChains], w[0][j], x);
           continue;
         }
 #endif
-        s[j % kChains] = dot_quad_at<kFused>(s[j % kChains], w[j], xq + 4 * j);
+        if constexpr (G == 1) {
+          s[0][j % kChains] = dot_quad_at<kFused>(s[0][j % kChains], w[0][j], xq + 4 * j);
+        } else {
+          const __m512i x = broadcast_quad(xq + 4 * j);  // one broadcast for both groups' products
+          #pragma GCC unroll 2
+          for (int g = 0; g < G; ++g) s[g][0] = dot_quads(s[g][0], w[g][j], x);
+        }
       }
-      if constexpr (kChains == 2) s[0] = _mm512_add_epi32(s[0], s[1]);
-      const __m512 scale = _mm512_mul_ps(wscale, _mm512_set1_ps(dx0[size_t(r) * nb + b]));
-      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s[0]), acc[r]);
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        if constexpr (kChains == 2) s[g][0] = _mm512_add_epi32(s[g][0], s[g][1]);
+        const __m512 scale = _mm512_mul_ps(wscale[g], _mm512_set1_ps(dx0[size_t(r) * nb + b]));
+        acc[g][r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s[g][0]), acc[g][r]);
+      }
     }
   }
-  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+  #pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+    const int valid = g == G - 1 ? valid_last : kQGroup;
+    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
+  }
 }
 
 // Rows [row_begin, row_end) of groups [group_begin, group_end). The group's first row tile prefetches the weight
-// stream; from a later row_begin (amx_int8's last rows) the AMX tiles have streamed the group already.
+// stream; from a later row_begin (amx_int8's last rows) the AMX tiles have streamed the group already. With VNNI,
+// groups go two at a time, each row tile over both (one call where the tile pairs its rows' groups).
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
                         int out_features, int in_features, int group_begin, int group_end) {
   const int nb = in_features / kQBlock;
-  const size_t gb = qgemm_group_block_bytes(kT);
-  for (int g = group_begin; g < group_end; ++g) {
-    const uint8_t* group = packed + size_t(g) * nb * gb;
-    const int valid = std::min(kQGroup, out_features - g * kQGroup);
+  const size_t group_bytes = size_t(nb) * qgemm_group_block_bytes(kT);
+  constexpr int kGroupsAtOnce = TS_Q_VNNI ? 2 : 1;
+  for (int g = group_begin; g < group_end; g += kGroupsAtOnce) {
+    const int n = std::min(kGroupsAtOnce, group_end - g);  // groups g .. g + n - 1
+    const uint8_t* group = packed + size_t(g) * group_bytes;
+    const int valid_last = std::min(kQGroup, out_features - (g + n - 1) * kQGroup);
     float* yg = y + g * kQGroup;
     for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
+      float* y_tile = yg + size_t(row0) * out_features;
       with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
-        tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+        constexpr int kR = decltype(rows)::value;
+        if constexpr (TS_Q_VNNI && kR >= kMinPairRows && kR <= kMaxPairRows<kT>) {
+          if (n == 2) {
+            return tile<kT, kR, 2>(a, row0, in_features, group, group_bytes, nb, y_tile, out_features, valid_last,
+                                   row0 == 0);
+          }
+        }
+        for (int h = 0; h < n; ++h)
+          tile<kT, kR>(a, row0, in_features, group + h * group_bytes, group_bytes, nb, y_tile + h * kQGroup,
+                       out_features, h == n - 1 ? valid_last : kQGroup, row0 == 0);
       });
     }
   }
