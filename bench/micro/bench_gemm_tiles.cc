@@ -4,9 +4,7 @@
 // Intel) before changing the family, and check a change against weights streamed from DRAM too (bench_linear):
 // a 3-row call kept 3 x 2, whose 4 passes overlap the stream better. Best of 15 interleaved rounds.
 //   bench_gemm_tiles [k pairs per call: 32 (8 KiB, L1) | 256 (64 KiB, L2)]
-// Zen 4 (family 25 model 17), ymm FMA peak ~59 MAC/ns, 256 pairs: 1x8 29-33, 2x4 38-47, 3x2 35-41, 3x3 43-48,
-// 4x2 43-52, 5x2 48-56, 6x2 48-57. Intel Xeon family 6 model 207 (ymm FMA probe ~46 MAC/ns per core): 1x8 20.7,
-// 2x4 28.0, 3x3 29.5, 4x2 30.3, 5x2 35.5, 6x2 37.5.
+// Figures from earlier hosts: docs/benchmarks.md, "Micro benchmark figures kept from source comments".
 #include <algorithm>
 #include <cstdlib>
 

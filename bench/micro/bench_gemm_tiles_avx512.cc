@@ -1,8 +1,7 @@
 // The avx512 candidates of bench_gemm_tiles (gemm-inl.h compiled into this file for the 16-lane layer).
-// Intel Xeon family 6 model 207 (2026-12-02, zmm FMA probe 65-75 MAC/ns per core), 256 pairs (L2): 1x4 22.7,
-// 2x4 42-44, 4x4 67, 5x4 67-72, 6x2 70, 8x2 73-75 (at the probed peak, also with both cores busy), 6x4 74,
-// 12x2 29 and 16x1 25 (register spills). The tiles in use run at the FMA peak there, so what a 16-row call
-// loses to its compute floor is the overlap of the weight stream with the arithmetic, not the tile.
+// The tiles in use ran at the FMA peak on the Xeon measured, so what a 16-row call loses to its compute floor is
+// the overlap of the weight stream with the arithmetic, not the tile (docs/benchmarks.md, "Micro benchmark figures
+// kept from source comments").
 #include "gemm_tiles_timer.h"
 #include "core/cpu.h"
 #include "kernels/cpu/simd_avx512.h"

@@ -8,17 +8,7 @@
 //   bench_linear [threads] [MiB of weight copies] [which: all | bf16 | f32 | q8_0 | q4_0 | q4_k | q6_k,
 //                or several: q8_0,q4_0]
 //                [OUTxIN]
-//
-// Measured on the project machine (Xeon family 6 model 207, 2 vCPUs, 260 MiB L3), 1 thread, CPU clock, while
-// ~5 other jobs ran (memory bandwidth shared, so GB/s are low; 2-thread wall-clock runs were swamped by the load):
-//   bf16 2048x2048, DRAM-streamed: packed M=1 9-12 GB/s, M=8 1.2-1.6x M=1, M=64 5.3-6.6x;
-//                                  oneDNN brg:avx512_core_bf16 (since dropped) 9-11 GB/s, M=8 1.6-1.8x, M=64 8-9x
-//   bf16 256x512 (L2-resident), M=64: packed 60-75 GMAC/s (70-85% of the 87 GMAC/s zmm-FMA peak), oneDNN ~32
-// Per ISA variant on an Intel Xeon family 6 model 167 (2 vCPUs, load average ~10 from other jobs), 1 thread,
-// bf16 3072x1024 DRAM-streamed (BENCH_ISAS=avx2,avx512,avx512bf16 bench_linear 1 256 bf16 3072x1024):
-//   avx2       M=1 9.3-10.7 GB/s, M=2 1.23x, M=4 1.62x, M=8 2.37x, M=16 3.9x, M=64 12x
-//   avx512     M=1 9.5 GB/s,      M=2 1.02x, M=4 1.05x, M=8 1.46x, M=16 2.2x, M=64 7.8x
-//   avx512bf16 M=1 9.3 GB/s,      M=2 1.03x, M=4 1.07x, M=8 1.66x, M=16 2.4x, M=64 9.6x
+// Figures from earlier hosts: docs/benchmarks.md, "Micro benchmark figures kept from source comments".
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
