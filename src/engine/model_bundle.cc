@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/timer.h"
+#include "engine/generator.h"
 #include "io/gguf.h"
 #include "io/gguf_tokenizer.h"
 
@@ -114,6 +116,25 @@ std::vector<int32_t> ModelBundle::prompt_ids(const std::vector<int32_t>& ids, co
 
 std::string ModelBundle::decode(const std::vector<int32_t>& ids) const {
   return tokenizer ? tokenizer->decode(ids) : std::string();
+}
+
+double ModelBundle::warm_up() {
+  const double t0 = now_ms();
+  const int vocab = target->config().vocab_size;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 64; ++i) prompt.push_back(int32_t((i * 7919 + 11) % vocab));
+  Generator generator(*target, drafter.get());
+  GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.mode = DecodeMode::None;
+  generator.generate(prompt, o);
+  if (drafter) {
+    o.mode = DecodeMode::Tree;
+    o.tree.theta = 0;
+    o.tree.node_cap = 8;
+    generator.generate(prompt, o);
+  }
+  return now_ms() - t0;
 }
 
 }  // namespace ts

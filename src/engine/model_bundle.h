@@ -52,6 +52,13 @@ struct ModelBundle {
   std::string decode(const std::vector<int32_t>& ids) const;  // "" without a tokenizer
   // "target weights <format>, <MB> MB per forward[; drafter weights <format>]": what generate and serve log.
   std::string weights_summary() const;
+
+  // Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so that what comes
+  // next does not pay the process's one-off costs (first touch of caches and buffers, the thread pool's start, table
+  // builds), which make the first step many times slower than the next (docs/results/optimization-notes.md, "Server:
+  // warm-up before the first client"). serve runs it before its first client, generate --compare before timing
+  // either side. The models keep no state from it. Returns the ms it took.
+  double warm_up();
 };
 
 }  // namespace ts

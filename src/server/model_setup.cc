@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/timer.h"
-#include "engine/generator.h"
 #include "engine/sampling_defaults.h"
 
 namespace ts::server {
@@ -33,25 +31,6 @@ SamplingDefaults sampling_defaults(const GenerationConfig& g) {
   d.repetition_penalty = c.repetition_penalty;
   if (g.max_new_tokens) d.max_tokens = *g.max_new_tokens;
   return d;
-}
-
-double warm_up(ModelBundle& bundle) {
-  const double t0 = now_ms();
-  const int vocab = bundle.target->config().vocab_size;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 64; ++i) prompt.push_back(int32_t((i * 7919 + 11) % vocab));
-  Generator generator(*bundle.target, bundle.drafter.get());
-  GenerateOptions o;
-  o.max_new_tokens = 8;
-  o.mode = DecodeMode::None;
-  generator.generate(prompt, o);
-  if (bundle.drafter) {
-    o.mode = DecodeMode::Tree;
-    o.tree.theta = 0;
-    o.tree.node_cap = 8;
-    generator.generate(prompt, o);
-  }
-  return now_ms() - t0;
 }
 
 std::vector<int> batch_ladder(int max_batch) {

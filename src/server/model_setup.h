@@ -20,13 +20,6 @@ ServedModel describe_model(const ModelBundle& bundle, const std::string& name, i
 // max_new_tokens as the bound of a request that names no length; what the file leaves out keeps OpenAI's default.
 SamplingDefaults sampling_defaults(const GenerationConfig& generation_config);
 
-// Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so the first client
-// does not pay the process's one-off costs (first-touch of caches and buffers, the thread pool's start, table builds),
-// which make the first step many times slower than the next (docs/results/optimization-notes.md, "Server: warm-up
-// before the first client"). The server's engine is not involved, so its policy starts from nothing. Returns the ms it
-// took.
-double warm_up(ModelBundle& bundle);
-
 // 1, 2, 4, ... up to max_batch (max_batch itself included).
 std::vector<int> batch_ladder(int max_batch);
 

@@ -119,7 +119,7 @@ TEST_F(EngineServerTest, GreedyTreeThroughTheServerEqualsTargetGreedyAtConcurren
 
 // serve warms the pair up before it answers; the models keep no state from it: output is unchanged.
 TEST_F(EngineServerTest, WarmUpLeavesThePairAsItWas) {
-  EXPECT_GT(warm_up(*bundle_), 0.0);
+  EXPECT_GT(bundle_->warm_up(), 0.0);
   start(tree_defaults(*bundle_->drafter, false));
   expect_greedy_identity({kPrompts[0], kPrompts[3]}, 16);
 }

@@ -243,7 +243,7 @@ int cmd_serve(int argc, char** argv) {
                  c.cost_ms(1, 1), c.tokens.back(), c.cost_ms(1, c.tokens.back()), c.fixed_cost_ms(1),
                  sched::SchedulerConfig{}.probe_interval, sched::SchedulerConfig{}.max_probe_interval);
   }
-  std::fprintf(stderr, "treespark serve: warmed up in %.0f ms\n", server::warm_up(bundle));
+  std::fprintf(stderr, "treespark serve: warmed up in %.0f ms\n", bundle.warm_up());
   auto backend = std::make_unique<server::EngineBackend>(*bundle.target, bundle.drafter.get(), engine);
   server::ServedModel served = server::describe_model(bundle, name, backend->max_context());
   served.request_defaults = defaults;
