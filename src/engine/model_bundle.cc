@@ -20,7 +20,8 @@ std::string resolve_drafter_weights(const std::string& choice, const TargetModel
 std::string ModelBundle::weights_summary() const {
   char mb[32];
   std::snprintf(mb, sizeof(mb), "%.1f", double(target->weight_bytes()) / 1e6);
-  std::string s = "target weights " + target->weight_format() + ", " + mb + " MB per forward";
+  std::string s = "target weights " + target->weight_format() + ", " + mb + " MB per forward (" +
+                  target->gemm_backend() + ")";
   if (drafter) s += "; drafter weights " + drafter->weight_format();
   return s;
 }

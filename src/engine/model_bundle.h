@@ -50,7 +50,8 @@ struct ModelBundle {
   std::vector<int32_t> prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,
                                   bool enable_thinking) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // "" without a tokenizer
-  // "target weights <format>, <MB> MB per forward[; drafter weights <format>]": what generate and serve log.
+  // "target weights <format>, <MB> MB per forward (<GEMM backend>)[; drafter weights <format>]": what generate and
+  // serve log.
   std::string weights_summary() const;
 
   // Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so that what comes

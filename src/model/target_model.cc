@@ -103,6 +103,10 @@ std::string TargetModel::weight_format() const {
   return cat(scheme, " (projections ", projections, ", lm_head ", lm_head_.format_name(), ")");
 }
 
+const char* TargetModel::gemm_backend() const {
+  return layers_.empty() ? lm_head_.backend_name() : layers_[0].qkv.backend_name();
+}
+
 bool TargetModel::quantized_weights() const {
   for (const auto& l : layers_)
     for (const kernels::Linear* m : {&l.qkv, &l.o, &l.gate_up, &l.down})

@@ -65,6 +65,8 @@ class TargetModel {
   std::string weight_format() const;
   // Whether any projection is quantized (by --quantize or as stored in a GGUF file).
   bool quantized_weights() const;
+  // The GEMM the projections run under the active kernel variant, e.g. "qgemm-avx512-vnni" or "packed-avx2-bf16".
+  const char* gemm_backend() const;
 
  private:
   TargetModel() = default;

@@ -2,3 +2,6 @@
 add_test(NAME cli.generate_theta
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/generate_theta_test.sh $<TARGET_FILE:treespark>)
 set_tests_properties(cli.generate_theta PROPERTIES LABELS "cli" TIMEOUT 300)
+add_test(NAME cli.vnni_off
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli/vnni_off_test.sh $<TARGET_FILE:treespark>)
+set_tests_properties(cli.vnni_off PROPERTIES LABELS "cli" TIMEOUT 300)

@@ -37,6 +37,10 @@ TEST(ModelBundleDrafterFormat, AutoFollowsTheTarget) {
     const std::string summary = b.weights_summary();
     EXPECT_EQ(summary.rfind("target weights " + b.target->weight_format() + ", ", 0), 0u) << summary;
     EXPECT_NE(summary.find(std::string("; drafter weights ") + k.want_drafter), std::string::npos) << summary;
+    // ... and the GEMM the target runs (a quantized target's: one of the qgemm variants).
+    EXPECT_NE(summary.find(std::string(" MB per forward (") + b.target->gemm_backend() + ")"), std::string::npos)
+        << summary;
+    EXPECT_EQ(std::string(b.target->gemm_backend()).rfind("qgemm-", 0) == 0, k.target_quantized) << summary;
   }
   const ModelBundle alone = ModelBundle::load(dir + "/target", "", "q8_0");
   EXPECT_EQ(alone.weights_summary().find("drafter"), std::string::npos) << alone.weights_summary();

@@ -142,9 +142,9 @@ int cmd_generate(int argc, char** argv) {
   TS_CHECK(!(fixed_theta && flags.adaptive), "--fixed-theta and --adaptive-theta exclude each other");
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize, flags.drafter_quantize);
+  flags.apply_threads(bundle.target->weight_bytes());  // may change the kernel variant: the summary names its GEMM
   if (bundle.target->quantized_weights())
     std::fprintf(stderr, "treespark: %s\n", bundle.weights_summary().c_str());
-  flags.apply_threads(bundle.target->weight_bytes());
   bundle.set_kv_dtype(flags.kv_dtype);
   if (drafter_dir.empty() && flags.mode != "none") {
     if (!app.count("--mode")) {

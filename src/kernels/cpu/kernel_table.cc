@@ -4,6 +4,8 @@
 #include "kernels/cpu/kernel_table.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -220,15 +222,19 @@ struct Tables {
                                  avx512::quantize_blocks, avx512_vnni::run_groups, avx512k_vnni::run_groups_k};
     qgemm[int(K::Amx)] = {K::Amx, "amx-int8", "qgemm-amx-int8", avx512 && f.avx512_vnni && f.amx_int8,
                           avx512::quantize_blocks, amx_int8::run_groups, amx_int8::run_groups_k};
-    auto best = [&](QgemmKernel vnni, QgemmKernel plain) {
-      return qgemm[int(vnni)].supported ? &qgemm[int(vnni)] : &qgemm[int(plain)];
+    // TREESPARK_VNNI=0: the VNNI-free copies (their exact emulation, the same bits) even where the CPU has VNNI, so
+    // the path an AVX2-only CPU such as Zen 3 runs can be timed and exercised anywhere.
+    const char* vnni_env = std::getenv("TREESPARK_VNNI");
+    const bool vnni = !(vnni_env != nullptr && std::string(vnni_env) == "0");
+    auto best = [&](QgemmKernel with_vnni, QgemmKernel plain) {
+      return vnni && qgemm[int(with_vnni)].supported ? &qgemm[int(with_vnni)] : &qgemm[int(plain)];
     };
     const QgemmTable* q2 = best(QgemmKernel::Avx2Vnni, QgemmKernel::Avx2);
     const QgemmTable* q512 = best(QgemmKernel::Avx512Vnni, QgemmKernel::Avx512);
     isa[int(Isa::Scalar)] = scalar_entries(&qgemm[int(QgemmKernel::Scalar)]);
     isa[int(Isa::Avx2)] = avx2_entries(q2);
     for (Isa wide : {Isa::Avx512, Isa::Avx512Bf16}) isa[int(wide)] = avx512_entries(wide, q512);
-    const QgemmTable* q_amx = qgemm[int(K::Amx)].supported ? &qgemm[int(K::Amx)] : q512;
+    const QgemmTable* q_amx = vnni && qgemm[int(K::Amx)].supported ? &qgemm[int(K::Amx)] : q512;  // its tail rows: vnni
     isa[int(Isa::Amx)] = avx512_entries(Isa::Amx, q_amx);
   }
 };

@@ -1,0 +1,26 @@
+#!/bin/bash
+# TREESPARK_VNNI=0 runs the quantized GEMM's VNNI-free copies (the path of AVX2-only CPUs such as Zen 3) on any
+# x86 CPU: the weights line names a GEMM without VNNI or AMX-INT8, and, the copies being exact emulations, greedy
+# speculative output on a quantized target is token for token the default path's. A tiny random pair, made here.
+#   vnni_off_test.sh <treespark binary>
+set -u
+bin="$1"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+export XDG_CACHE_HOME="$dir/cache"
+
+"$bin" make-model --out "$dir/target" --drafter-out "$dir/drafter" --dtype bf16 --vocab 256 --hidden 256 \
+  --intermediate 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 > /dev/null 2>&1 || fail "make-model"
+ids() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['ids'])"; }
+for q in q4_0 q8_0 q4_k_m; do
+  gen() { "$bin" generate --model "$dir/target" --drafter "$dir/drafter" --quantize $q --prompt-ids 1,2,3,4 \
+    --max-tokens 24 --temperature 0 --threads 2 --json; }
+  gen > "$dir/default.json" 2> "$dir/default.err" || { cat "$dir/default.err"; fail "$q: default path"; }
+  TREESPARK_VNNI=0 gen > "$dir/plain.json" 2> "$dir/plain.err" || { cat "$dir/plain.err"; fail "$q: TREESPARK_VNNI=0"; }
+  line="$(grep 'target weights' "$dir/plain.err")"
+  echo "$line" | grep -q '(qgemm-' || fail "$q: no GEMM named: $line"
+  if echo "$line" | grep -qE 'vnni|amx-int8'; then fail "$q: TREESPARK_VNNI=0 still runs $line"; fi
+  [ "$(ids < "$dir/plain.json")" = "$(ids < "$dir/default.json")" ] || fail "$q: greedy ids differ without VNNI"
+done
+echo "ok: TREESPARK_VNNI=0 names a VNNI-free GEMM and writes the default path's greedy ids (q4_0, q8_0, q4_k_m)"
