@@ -23,4 +23,7 @@ for q in q4_0 q8_0 q4_k_m; do
   if echo "$line" | grep -qE 'vnni|amx-int8'; then fail "$q: TREESPARK_VNNI=0 still runs $line"; fi
   [ "$(ids < "$dir/plain.json")" = "$(ids < "$dir/default.json")" ] || fail "$q: greedy ids differ without VNNI"
 done
+if TREESPARK_VNNI=no "$bin" generate --model "$dir/target" --quantize q4_0 --prompt-ids 1,2 --max-tokens 2 \
+    --mode none > /dev/null 2> "$dir/bad.err"; then fail "TREESPARK_VNNI=no accepted"; fi
+grep -q "TREESPARK_VNNI=no: expected 0" "$dir/bad.err" || { cat "$dir/bad.err"; fail "no clear message for TREESPARK_VNNI=no"; }
 echo "ok: TREESPARK_VNNI=0 names a VNNI-free GEMM and writes the default path's greedy ids (q4_0, q8_0, q4_k_m)"

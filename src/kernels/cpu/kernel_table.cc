@@ -224,8 +224,10 @@ struct Tables {
                           avx512::quantize_blocks, amx_int8::run_groups, amx_int8::run_groups_k};
     // TREESPARK_VNNI=0: the VNNI-free copies (their exact emulation, the same bits) even where the CPU has VNNI, so
     // the path an AVX2-only CPU such as Zen 3 runs can be timed and exercised anywhere.
-    const char* vnni_env = std::getenv("TREESPARK_VNNI");
-    const bool vnni = !(vnni_env != nullptr && std::string(vnni_env) == "0");
+    const std::string vnni_env = std::getenv("TREESPARK_VNNI") ? std::getenv("TREESPARK_VNNI") : "";
+    TS_CHECK(vnni_env.empty() || vnni_env == "0" || vnni_env == "1", "TREESPARK_VNNI=", vnni_env,
+             ": expected 0 (the quantized GEMM's VNNI-free copies) or 1 (VNNI where the CPU has it, the default)");
+    const bool vnni = vnni_env != "0";
     auto best = [&](QgemmKernel with_vnni, QgemmKernel plain) {
       return vnni && qgemm[int(with_vnni)].supported ? &qgemm[int(with_vnni)] : &qgemm[int(plain)];
     };
