@@ -3,12 +3,7 @@
 # and model), a --theta given alone or --fixed-theta grows fixed-theta trees, the two policy flags exclude each
 # other, and all of them write exactly the target's greedy text. A tiny random pair, made here.
 #   generate_theta_test.sh <treespark binary>
-set -u
-bin="$1"
-dir="$(mktemp -d)"
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-export XDG_CACHE_HOME="$dir/cache"
+source "$(dirname "$0")/common.sh" "$@"
 
 "$bin" make-model --out "$dir/target" --drafter-out "$dir/drafter" --dtype bf16 --vocab 256 --hidden 64 \
   --intermediate 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 > /dev/null 2>&1 || fail "make-model"

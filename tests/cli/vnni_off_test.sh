@@ -3,12 +3,7 @@
 # x86 CPU: the weights line names a GEMM without VNNI or AMX-INT8, and, the copies being exact emulations, greedy
 # speculative output on a quantized target is token for token the default path's. A tiny random pair, made here.
 #   vnni_off_test.sh <treespark binary>
-set -u
-bin="$1"
-dir="$(mktemp -d)"
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-export XDG_CACHE_HOME="$dir/cache"
+source "$(dirname "$0")/common.sh" "$@"
 
 "$bin" make-model --out "$dir/target" --drafter-out "$dir/drafter" --dtype bf16 --vocab 256 --hidden 256 \
   --intermediate 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 > /dev/null 2>&1 || fail "make-model"
