@@ -224,7 +224,8 @@ struct Tables {
                           avx512::quantize_blocks, amx_int8::run_groups, amx_int8::run_groups_k};
     // TREESPARK_VNNI=0: the VNNI-free copies (their exact emulation, the same bits) even where the CPU has VNNI, so
     // the path an AVX2-only CPU such as Zen 3 runs can be timed and exercised anywhere.
-    const std::string vnni_env = std::getenv("TREESPARK_VNNI") ? std::getenv("TREESPARK_VNNI") : "";
+    const char* vnni_value = std::getenv("TREESPARK_VNNI");
+    const std::string vnni_env = vnni_value != nullptr ? vnni_value : "";
     TS_CHECK(vnni_env.empty() || vnni_env == "0" || vnni_env == "1", "TREESPARK_VNNI=", vnni_env,
              ": expected 0 (the quantized GEMM's VNNI-free copies) or 1 (VNNI where the CPU has it, the default)");
     const bool vnni = vnni_env != "0";
