@@ -34,7 +34,7 @@ constexpr int kMinPairRows = 2;
 template <QuantType kT>
 constexpr int kMaxPairRows = kT == QuantType::Q8_0 ? 16 : 8;
 
-// G groups' 16 outputs each (G = 1, or 2 from kMinPairRows rows with VNNI: `groups` of them, group_bytes apart) for
+// G groups' 16 outputs each (G = 1, or 2 with VNNI: `group` and the next, group_bytes apart) for
 // R rows starting at row0; blocks walked in k order (qgemm.h, Determinism): each output's operations are the same
 // whatever G is, so its bits are too. The last group's first valid_last lanes are stored.
 template <QuantType kT, int R, int G = 1>
