@@ -69,6 +69,8 @@ constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16
 std::atomic<int> g_active_isa{-1};
 // set_isa() was called: a model-size preference must not override the caller's choice.
 std::atomic<bool> g_isa_set{false};
+// weights_streamed()
+std::atomic<bool> g_weights_streamed{false};
 
 }  // namespace
 
@@ -354,6 +356,16 @@ void configure_for_model(size_t weight_bytes, int threads) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;
   if (!chosen && active_isa() == Isa::Amx && weight_bytes < kSmallModelBytes)
     g_active_isa.store(int(Isa::Avx512), std::memory_order_relaxed);
+  set_weights_streamed(streams_from_dram(weight_bytes));
 }
+
+bool streams_from_dram(size_t weight_bytes) {
+  const size_t l3 = l3_cache_bytes();
+  return weight_bytes > (l3 > 0 ? l3 : size_t(48) << 20);
+}
+
+bool weights_streamed() { return g_weights_streamed.load(std::memory_order_relaxed); }
+
+void set_weights_streamed(bool streamed) { g_weights_streamed.store(streamed, std::memory_order_relaxed); }
 
 }  // namespace ts

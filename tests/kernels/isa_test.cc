@@ -1,5 +1,5 @@
 // The ISA override: names, refusal of variants a CPU lacks (with fabricated CPUs, so it is tested on every
-// machine), and that set_isa switches what the kernels run.
+// machine), that set_isa switches what the kernels run, and the DRAM hint configure_for_model sets.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -119,6 +119,24 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
   }
   set_isa(saved);
   std::printf("this CPU: %s; active: %s\n", isa_summary().c_str(), isa_name(active_isa()));
+}
+
+// The DRAM hint: a model larger than the L3 streams its weights (48 MiB where the L3 size is unknown), and
+// configure_for_model sets the kernels' hint from the model's size.
+TEST(Isa, ConfigureForModelSetsTheDramHintFromTheModelSize) {
+  const size_t l3 = l3_cache_bytes(), bound = l3 > 0 ? l3 : size_t(48) << 20;
+  EXPECT_FALSE(streams_from_dram(bound));
+  EXPECT_TRUE(streams_from_dram(bound + 1));
+  EXPECT_FALSE(streams_from_dram(size_t(1) << 20));
+  const bool saved = weights_streamed();
+  const int threads = num_threads();
+  configure_for_model(bound + 1, threads);
+  EXPECT_TRUE(weights_streamed());
+  configure_for_model(size_t(1) << 20, threads);
+  EXPECT_FALSE(weights_streamed());
+  set_weights_streamed(true);
+  EXPECT_TRUE(weights_streamed());
+  set_weights_streamed(saved);
 }
 
 }  // namespace
