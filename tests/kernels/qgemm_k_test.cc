@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/cpu.h"
@@ -58,8 +59,9 @@ std::vector<float> run(QgemmKernel k, QuantType t, const Packed& p, const std::v
 struct Shape { int out, in; };
 // Last groups of 16, 7, 8, 3 and 12 valid outputs: avx2 computes a group as two 8-lane halves, each stored apart.
 const Shape kShapes[] = {{16, 256}, {7, 512}, {40, 1536}, {131, 256}, {28, 768}, {200, 512}};
-// 6 = 4 + 2 rows (avx2's tiles); 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K).
-const int kRows[] = {1, 3, 6, 8, 12, 17, 64};
+// 6 = 4 + 2 rows (avx2's tiles); 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K); 2-6 rows: avx512
+// Q4_K tiles over two groups where the weights stream from DRAM.
+const int kRows[] = {1, 2, 3, 5, 6, 8, 12, 17, 64};
 const QuantType kTypes[] = {QuantType::Q4_K, QuantType::Q6_K};
 
 class QgemmK : public ::testing::TestWithParam<QgemmKernel> {};
@@ -75,8 +77,20 @@ TEST_P(QgemmK, HalfBlockSumsEqualScalar) {
   for (size_t b = 0; b < ref.sum.size(); ++b) EXPECT_EQ(ref.sum16[2 * b] + ref.sum16[2 * b + 1], ref.sum[b]) << b;
 }
 
+// The kernels' DRAM hint (core/cpu.h, weights_streamed) set for the scope, restored after.
+class StreamedHint {
+ public:
+  explicit StreamedHint(bool streamed) : saved_(weights_streamed()) { set_weights_streamed(streamed); }
+  ~StreamedHint() { set_weights_streamed(saved_); }
+
+ private:
+  bool saved_;
+};
+
 TEST_P(QgemmK, EqualsScalarOnRaggedShapes) {
+  for (bool streamed : {false, true})
   for (QuantType t : kTypes) {
+    const StreamedHint hint(streamed);
     for (Shape s : kShapes) {
       const Packed p = make_weights(t, s.out, s.in, uint32_t(s.out * 31 + s.in));
       for (int rows : kRows) {
@@ -87,15 +101,18 @@ TEST_P(QgemmK, EqualsScalarOnRaggedShapes) {
         const std::vector<float> want = run(QgemmKernel::Scalar, t, p, x, rows, s.out, s.in);
         const std::vector<float> got = run(GetParam(), t, p, x, rows, s.out, s.in);
         EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
-            << quant_type_name(t) << " " << s.out << "x" << s.in << " rows " << rows;
+            << quant_type_name(t) << " " << s.out << "x" << s.in << " rows " << rows << (streamed ? " streamed" : "");
       }
     }
   }
 }
 
 TEST_P(QgemmK, RowsDoNotDependOnTheBatchOrThreads) {
-  const int out = 520, in = 768, rows = 19;
+  const int out = 520, in = 768;
+  // 19 rows: a 16-row tile and a 3-row one; 5 rows: one tile, over two groups when streamed. Alone: 1 row, one group.
+  for (const auto& [rows, streamed] : {std::pair{19, false}, std::pair{19, true}, std::pair{5, true}})
   for (QuantType t : kTypes) {
+    const StreamedHint hint(streamed);
     const Packed p = make_weights(t, out, in, 11);
     const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 5);
     const int saved = num_threads();
@@ -106,7 +123,7 @@ TEST_P(QgemmK, RowsDoNotDependOnTheBatchOrThreads) {
       const std::vector<float> xr(x.begin() + size_t(r) * in, x.begin() + size_t(r + 1) * in);
       const std::vector<float> alone = run(GetParam(), t, p, xr, 1, out, in);
       EXPECT_EQ(bit_differences(alone.data(), batched.data() + size_t(r) * out, out), 0u)
-          << quant_type_name(t) << " row " << r;
+          << quant_type_name(t) << " row " << r << " of " << rows << (streamed ? " streamed" : "");
     }
     set_num_threads(saved);
   }

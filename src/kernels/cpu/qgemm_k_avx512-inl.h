@@ -1,13 +1,15 @@
 // Internal: the avx512 K-quant GEMM (qgemm_k.h), included twice by qgemm_k_avx512.cc: with TS_Q_VNNI = 1
 // (vpdpbusd, AVX512-VNNI) and 0 (its exact emulation on vpmaddubsw + vpmaddwd; the weights are unsigned and at
-// most 63, so the pair sums never saturate). One zmm lane per output of the 16-row group; a tile of up to 8 rows (16
-// for Q6_K) widens each super-block's scales and each block's weights once and reuses them for all its rows.
+// most 63, so the pair sums never saturate). One zmm lane per output of the 16-output group; a tile of up to 16 rows
+// (8 for Q4_K without VNNI) widens each super-block's scales and each block's weights once and reuses them for all
+// its rows.
 // Expects TS_Q_NS (namespace), TS_Q_TARGET (attribute) and TS_Q_VNNI (0 or 1).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "kernels/cpu/qgemm_k.h"
 
 namespace ts::kernels::cpu::TS_Q_NS {
@@ -19,62 +21,101 @@ namespace {
 // emulated product (no VNNI) keeps 8 rows for Q4_K: 16 spill registers there.
 template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q6_K || TS_Q_VNNI ? 16 : 8;
+// Two groups per Q4_K tile (tile_q4k's G = 2, VNNI only) for tiles of 2 .. kMaxQ4KPairRows rows, where the weights
+// stream from DRAM (weights_streamed(), core/cpu.h): both groups' weight streams are read at once and each broadcast
+// activation quad feeds both groups' products. From DRAM a few rows wait on the stream, and two streams in flight
+// cut their cost (2 GB Q4_K_M model: 2 rows from 1.09x one row to 1.00x, 4 rows 1.27x -> 1.15x); from cache the
+// pair is ~3% dearer at 3-6 rows (more registers live), so cache-resident weights keep one group
+// (docs/results/optimization-notes.md, "Q4_K: two groups per tile from DRAM").
+constexpr int kMaxQ4KPairRows = 6;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 #include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
 #include "kernels/cpu/qgemm_k_prefetch-inl.h"
 
-template <int R>
-TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+// G groups' 16 outputs each (G = 1, or 2 with VNNI: `group` and the next, group_bytes apart) for R rows starting
+// at row0; each output's operations are the same whatever G is, so its bits are too. The last group's first
+// valid_last lanes are stored.
+template <int R, int G = 1>
+TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
+                          int ns, float* y, int ldy, int valid_last, bool prefetch) {
+  static_assert(G == 1 || TS_Q_VNNI, "two groups share broadcasts only with VNNI");
   const int nb = ns * kQBlocksPerSuper;
-  __m512 acc[R];
+  __m512 acc[G][R];  // [group][row]
   #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[g][r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const float* dsum0 = a.dsum.data() + size_t(row0) * nb;
   for (int s = 0; s < ns; ++s) {
-    const uint8_t* sb = group + size_t(s) * kQ4KGroupSuperBytes;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
-    alignas(64) uint8_t sc[128], mn[128];  // [8 j][16 lanes]
-    q4k_scale_bytes(sb, sc, mn);
+    __m512 d[G], dmin[G];
+    alignas(64) uint8_t sc[G][128], mn[G][128];  // [group][8 j][16 lanes]
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* sb = group + g * group_bytes + size_t(s) * kQ4KGroupSuperBytes;
+      d[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+      dmin[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+      q4k_scale_bytes(sb, sc[g], mn[g]);
+    }
     for (int j = 0; j < kQBlocksPerSuper; ++j) {
       const int b = s * kQBlocksPerSuper + j;
-      const __m512 ds = scale_16(d, sc + 16 * j), dm = scale_16(dmin, mn + 16 * j);  // d * sc_j, dmin * m_j
-      if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
-      const uint8_t* quants = sb + 256 + 256 * j;
-      __m512i w[8];
-      const __m512i low4 = _mm512_set1_epi8(0x0F);
-      #pragma GCC unroll 8
-      for (int i = 0; i < 4; ++i) {
-        const __m512i v = _mm512_loadu_si512(quants + 64 * i);
-        w[i] = _mm512_and_si512(v, low4);
-        w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      __m512 ds[G], dm[G];
+      __m512i w[G][8];
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* sb = group + g * group_bytes + size_t(s) * kQ4KGroupSuperBytes;
+        ds[g] = scale_16(d[g], sc[g] + 16 * j);  // d * sc_j
+        dm[g] = scale_16(dmin[g], mn[g] + 16 * j);  // dmin * m_j
+        if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
+        const uint8_t* quants = sb + 256 + 256 * j;
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        #pragma GCC unroll 8
+        for (int i = 0; i < 4; ++i) {
+          const __m512i v = _mm512_loadu_si512(quants + 64 * i);
+          w[g][i] = _mm512_and_si512(v, low4);
+          w[g][i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
       }
       #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
         constexpr bool kFusedQ4K = R >= 2;  // from how many rows (dot_quad_at)
         // Two partial sums (even and odd quads) halve the chain of vpdpbusd latencies. One per row from 4 rows on,
-        // as Q4_0 has, measured slightly slower here (the tile is not short of vector slots for the add).
-        __m512i s_even = _mm512_setzero_si512(), s_odd = _mm512_setzero_si512();
+        // as Q4_0 has, measured slightly slower here (the tile is not short of vector slots for the add). Two
+        // groups have two chains already.
+        constexpr int kChains = G == 1 ? 2 : 1;
+        __m512i sum[G][kChains];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g)
+          for (int c = 0; c < kChains; ++c) sum[g][c] = _mm512_setzero_si512();
         #pragma GCC unroll 8
-        for (int q = 0; q < 8; q += 2) {
-          s_even = dot_quad_at<kFusedQ4K>(s_even, w[q], xq + 4 * q);
-          s_odd = dot_quad_at<kFusedQ4K>(s_odd, w[q + 1], xq + 4 * q + 4);
+        for (int q = 0; q < 8; ++q) {
+          if constexpr (G == 1) {
+            sum[0][q % kChains] = dot_quad_at<kFusedQ4K>(sum[0][q % kChains], w[0][q], xq + 4 * q);
+          } else {
+            const __m512i x = broadcast_quad(xq + 4 * q);  // one broadcast for both groups' products
+            #pragma GCC unroll 2
+            for (int g = 0; g < G; ++g) sum[g][0] = dot_quads(sum[g][0], w[g][q], x);
+          }
         }
-        const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s_even, s_odd));
-        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(ds, dx), isum, acc[r]);
-        acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(dsum0[size_t(r) * nb + b]), acc[r]);  // fma(-dm, dsum, acc)
+        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]), dsum = _mm512_set1_ps(dsum0[size_t(r) * nb + b]);
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          const __m512i isum_i = kChains == 2 ? _mm512_add_epi32(sum[g][0], sum[g][kChains - 1]) : sum[g][0];
+          acc[g][r] = _mm512_fmadd_ps(_mm512_mul_ps(ds[g], dx), _mm512_cvtepi32_ps(isum_i), acc[g][r]);
+          acc[g][r] = _mm512_fnmadd_ps(dm[g], dsum, acc[g][r]);  // fma(-dm, dsum, acc)
+        }
       }
     }
   }
-  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+  #pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+    const int valid = g == G - 1 ? valid_last : kQGroup;
+    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
+  }
 }
 
 template <int R>
@@ -135,22 +176,40 @@ template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
                       int ldy, int valid_lanes, bool prefetch) {
   if constexpr (kT == QuantType::Q4_K) {
-    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+    tile_q4k<R>(a, row0, in_features, group, 0, ns, y, ldy, valid_lanes, prefetch);
   } else {
     tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
   }
 }
 
-// Rows [row_begin, row_end) of groups [group_begin, group_end); the prefetch as qgemm_avx512-inl.h's.
+// Rows [row_begin, row_end) of groups [group_begin, group_end); the prefetch as qgemm_avx512-inl.h's. Q4_K tiles of a
+// few rows take two groups at a time where the weights stream from DRAM (kMaxQ4KPairRows).
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
                         int out_features, int in_features, int group_begin, int group_end) {
   const int ns = in_features / kQSuper;
   const size_t gsb = qgemm_k_group_super_bytes(kT);
+  const size_t group_bytes = size_t(ns) * gsb;
+  [[maybe_unused]] const bool pair_groups = weights_streamed();
   for (int g = group_begin; g < group_end; ++g) {
     const uint8_t* group = packed + size_t(g) * ns * gsb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
+    if constexpr (TS_Q_VNNI && kT == QuantType::Q4_K) {
+      const int rows = row_end - row_begin;
+      if (pair_groups && g + 1 < group_end && rows >= 2 && rows <= kMaxQ4KPairRows) {
+        const int valid_last = std::min(kQGroup, out_features - (g + 1) * kQGroup);
+        float* y_tile = yg + size_t(row_begin) * out_features;
+        with_tile_rows<kMaxQ4KPairRows>(rows, [&](auto r) {
+          constexpr int kR = decltype(r)::value;
+          if constexpr (kR >= 2)
+            tile_q4k<kR, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features, valid_last,
+                            row_begin == 0);
+        });
+        ++g;
+        continue;
+      }
+    }
     for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
       with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
