@@ -205,8 +205,9 @@ int bench_forward(int argc, char** argv) {
     model = load_target(schemes[si]);
   }
   const double weight_gb = double(model->weight_bytes()) / 1e9;
-  std::fprintf(stderr, "weights %s: %.3f GB of packed weights per forward\n", model->weight_format().c_str(),
-               weight_gb);
+  set_weights_streamed(streams_from_dram(model->weight_bytes()));  // each format's own, as a command would set it
+  std::fprintf(stderr, "weights %s: %.3f GB of packed weights per forward%s\n", model->weight_format().c_str(),
+               weight_gb, weights_streamed() ? ", streamed from DRAM (more than the L3)" : "");
   for (Isa isa : isas) {
     set_isa(isa);
     VariantResult v;

@@ -98,8 +98,10 @@ int main(int argc, char** argv) {
   const std::string which = argc > 3 ? argv[3] : "all";
   set_num_threads(threads);
   g_cpu_clock = threads == 1;
-  std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB, huge pages %s; M=k: time(M=k)/time(M=1)\n", threads,
-              g_cpu_clock ? "thread CPU" : "wall", mib, weight_hugepages_state());
+  set_weights_streamed(streams_from_dram(mib << 20));  // as a model of that size would set it
+  std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB (%s), huge pages %s; M=k: time(M=k)/time(M=1)\n",
+              threads, g_cpu_clock ? "thread CPU" : "wall", mib, weights_streamed() ? "streamed" : "cache-resident",
+              weight_hugepages_state());
   std::vector<std::pair<int, int>> shapes = {{2048, 2048}, {3072, 1024}, {1024, 3072}};
   if (argc > 4) {
     int out = 0, in = 0;

@@ -114,7 +114,8 @@ fs::path cache_file(TargetModel& target, const Drafter* drafter, const CostCache
       cat("v2|", canonical(o.model_dir), "|", canonical(o.drafter_dir), "|", target.weight_format(), "|",
           drafter && drafter->weight_format() != "native" ? "drafter " + drafter->weight_format() + "|" : "",
           target.weight_bytes(), "|",
-          cpu_model_name(), "|", isa_name(active_isa()), "|", num_threads(), "|", dtype_name(target.kv_dtype()), "|b");
+          cpu_model_name(), "|", isa_name(active_isa()), weights_streamed() ? " streamed" : "", "|", num_threads(), "|",
+          dtype_name(target.kv_dtype()), "|b");
   std::string full_key = key;
   for (int b : o.batches) full_key += cat(b, ",");
   full_key += cat("|k", so.ks.size(), "|ctx", so.context, "-", so.long_context, "|reps", o.reps);

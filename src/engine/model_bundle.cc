@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/timer.h"
@@ -22,6 +23,7 @@ std::string ModelBundle::weights_summary() const {
   std::snprintf(mb, sizeof(mb), "%.1f", double(target->weight_bytes()) / 1e6);
   std::string s = "target weights " + target->weight_format() + ", " + mb + " MB per forward (" +
                   target->gemm_backend() + ")";
+  if (target->quantized_weights() && weights_streamed()) s += ", streamed from DRAM";
   if (drafter) s += "; drafter weights " + drafter->weight_format();
   return s;
 }
