@@ -59,6 +59,18 @@ class PerIsa : public ::testing::TestWithParam<Isa> {
 
 inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
 
+// The kernels' DRAM hint (core/cpu.h, weights_streamed) set for the scope, restored after.
+class StreamedHint {
+ public:
+  explicit StreamedHint(bool streamed) : saved_(weights_streamed()) { set_weights_streamed(streamed); }
+  ~StreamedHint() { set_weights_streamed(saved_); }
+  StreamedHint(const StreamedHint&) = delete;
+  StreamedHint& operator=(const StreamedHint&) = delete;
+
+ private:
+  bool saved_;
+};
+
 }  // namespace ts::kernels::testing
 
 #define TS_INSTANTIATE_PER_ISA(fixture)                                                                   \

@@ -22,6 +22,7 @@ namespace {
 using testing::bit_differences;
 using testing::kU32;
 using testing::random_normal;
+using testing::StreamedHint;
 
 struct Packed {
   std::vector<uint8_t> blocks;  // [out][in / 256] GGUF blocks
@@ -51,16 +52,19 @@ std::vector<float> run(QgemmKernel k, QuantType t, const Packed& p, const std::v
                        int in) {
   QuantizedRows acts;
   quantize_rows(k, x.data(), rows, in, &acts);
-  std::vector<float> y(size_t(rows) * out, -1.0f);
+  // 16 guard values past the last row: a tile that stores a partial group's missing lanes overwrites them.
+  std::vector<float> y(size_t(rows) * out + 16, -1.0f);
   qgemm(k, t, acts, p.packed.data(), y.data(), out, in);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(y[size_t(rows) * out + i], -1.0f) << "written past the output, lane " << i;
+  y.resize(size_t(rows) * out);
   return y;
 }
 
 struct Shape { int out, in; };
 // Last groups of 16, 7, 8, 3 and 12 valid outputs: avx2 computes a group as two 8-lane halves, each stored apart.
 const Shape kShapes[] = {{16, 256}, {7, 512}, {40, 1536}, {131, 256}, {28, 768}, {200, 512}};
-// 6 = 4 + 2 rows (avx2's tiles); 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K); 2-6 rows: avx512
-// Q4_K tiles over two groups where the weights stream from DRAM.
+// 6 = 4 + 2 rows (avx2's tiles); 12 and 17: one and two tiles of up to 16 rows (avx512 Q8_0, Q6_K); 1-6 rows: avx512
+// tiles over two groups where the weights stream from DRAM.
 const int kRows[] = {1, 2, 3, 5, 6, 8, 12, 17, 64};
 const QuantType kTypes[] = {QuantType::Q4_K, QuantType::Q6_K};
 
@@ -76,16 +80,6 @@ TEST_P(QgemmK, HalfBlockSumsEqualScalar) {
   ASSERT_EQ(ref.sum16.size(), size_t(3) * 16 * 2);
   for (size_t b = 0; b < ref.sum.size(); ++b) EXPECT_EQ(ref.sum16[2 * b] + ref.sum16[2 * b + 1], ref.sum[b]) << b;
 }
-
-// The kernels' DRAM hint (core/cpu.h, weights_streamed) set for the scope, restored after.
-class StreamedHint {
- public:
-  explicit StreamedHint(bool streamed) : saved_(weights_streamed()) { set_weights_streamed(streamed); }
-  ~StreamedHint() { set_weights_streamed(saved_); }
-
- private:
-  bool saved_;
-};
 
 TEST_P(QgemmK, EqualsScalarOnRaggedShapes) {
   for (bool streamed : {false, true})
@@ -109,7 +103,8 @@ TEST_P(QgemmK, EqualsScalarOnRaggedShapes) {
 
 TEST_P(QgemmK, RowsDoNotDependOnTheBatchOrThreads) {
   const int out = 520, in = 768;
-  // 19 rows: a 16-row tile and a 3-row one; 5 rows: one tile, over two groups when streamed. Alone: 1 row, one group.
+  // 19 rows: a 16-row tile and a 3-row one; 5 rows: one tile. Streamed, tiles of up to 6 rows (a row alone too) take
+  // two groups.
   for (const auto& [rows, streamed] : {std::pair{19, false}, std::pair{19, true}, std::pair{5, true}})
   for (QuantType t : kTypes) {
     const StreamedHint hint(streamed);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "kernels/cpu/qgemm.h"
 
 namespace ts::kernels::cpu::TS_Q_NS {
@@ -30,6 +31,9 @@ constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 // DRAM wait on the weight stream more than they compute, and two streams in flight cut their cost (Q4_0 at 4 rows
 // from ~1.2x one row to ~1.05x; cache-resident, unchanged: docs/results/optimization-notes.md, "Two groups per
 // tile"). A 16-row Q4_0 tile of two groups spills its 32 accumulators and was slower, so Q4_0 pairs up to 8 rows.
+// One row pairs too where the weights stream from DRAM (weights_streamed(), core/cpu.h): a 2 GB model's Q4_0 decode
+// step 5% faster, Q8_0's unchanged (docs/results/optimization-notes.md, "Two groups per tile from DRAM: one row and
+// the K-quants").
 constexpr int kMinPairRows = 2;
 template <QuantType kT>
 constexpr int kMaxPairRows = kT == QuantType::Q8_0 ? 16 : 8;
@@ -40,7 +44,7 @@ constexpr int kMaxPairRows = kT == QuantType::Q8_0 ? 16 : 8;
 template <QuantType kT, int R, int G = 1>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
                       int nb, float* y, int ldy, int valid_last, bool prefetch) {
-  static_assert(G == 1 || (TS_Q_VNNI && R >= kMinPairRows), "two groups share broadcasts only with VNNI");
+  static_assert(G == 1 || TS_Q_VNNI, "two groups share broadcasts only with VNNI");
   constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
   __m512 acc[G][R];  // [group][row]
   #pragma GCC unroll 16
@@ -143,6 +147,7 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
   const int nb = in_features / kQBlock;
   const size_t group_bytes = size_t(nb) * qgemm_group_block_bytes(kT);
   constexpr int kGroupsAtOnce = TS_Q_VNNI ? 2 : 1;
+  [[maybe_unused]] const bool pair_one_row = weights_streamed();
   for (int g = group_begin; g < group_end; g += kGroupsAtOnce) {
     const int n = std::min(kGroupsAtOnce, group_end - g);  // groups g .. g + n - 1
     const uint8_t* group = packed + size_t(g) * group_bytes;
@@ -152,8 +157,8 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
       float* y_tile = yg + size_t(row0) * out_features;
       with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
         constexpr int kR = decltype(rows)::value;
-        if constexpr (TS_Q_VNNI && kR >= kMinPairRows && kR <= kMaxPairRows<kT>) {
-          if (n == 2) {
+        if constexpr (TS_Q_VNNI && kR <= kMaxPairRows<kT>) {
+          if (n == 2 && (kR >= kMinPairRows || pair_one_row)) {
             return tile<kT, kR, 2>(a, row0, in_features, group, group_bytes, nb, y_tile, out_features, valid_last,
                                    row0 == 0);
           }

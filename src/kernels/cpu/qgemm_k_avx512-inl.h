@@ -21,13 +21,14 @@ namespace {
 // emulated product (no VNNI) keeps 8 rows for Q4_K: 16 spill registers there.
 template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q6_K || TS_Q_VNNI ? 16 : 8;
-// Two groups per Q4_K tile (tile_q4k's G = 2, VNNI only) for tiles of 2 .. kMaxQ4KPairRows rows, where the weights
-// stream from DRAM (weights_streamed(), core/cpu.h): both groups' weight streams are read at once and each broadcast
-// activation quad feeds both groups' products. From DRAM a few rows wait on the stream, and two streams in flight
-// cut their cost (2 GB Q4_K_M model: 2 rows from 1.09x one row to 1.00x, 4 rows 1.27x -> 1.15x); from cache the
-// pair is ~3% dearer at 3-6 rows (more registers live), so cache-resident weights keep one group
-// (docs/results/optimization-notes.md, "Q4_K: two groups per tile from DRAM").
-constexpr int kMaxQ4KPairRows = 6;
+// Two groups per tile (tile_q4k's and tile_q6k's G = 2, VNNI only) for tiles of 1 .. kMaxPairRows rows where the
+// weights stream from DRAM (weights_streamed(), core/cpu.h): both groups' weight streams are read at once and each
+// broadcast activation quad feeds both groups' products. From DRAM a few rows wait on the stream, and two streams
+// in flight cut their cost: a 2 GB Q4_K_M model's decode step ~10% faster, 2-4 rows 7-9%, 6 rows 3%. From cache
+// the pairs of 3-6 rows were ~3% dearer (more registers live) and one row's no faster in a model's step, so
+// cache-resident weights keep one group (docs/results/optimization-notes.md, "Two groups per tile from DRAM: one
+// row and the K-quants").
+constexpr int kMaxPairRows = 6;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 #include "kernels/cpu/qgemm_k_avx512_shared-inl.h"
@@ -118,37 +119,48 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
   }
 }
 
-template <int R>
-TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+// tile_q4k's shape for Q6_K: G groups (1, or 2 with VNNI) of 16 outputs for R rows, the same bits whatever G is.
+template <int R, int G = 1>
+TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
+                          int ns, float* y, int ldy, int valid_last, bool prefetch) {
+  static_assert(G == 1 || TS_Q_VNNI, "two groups share broadcasts only with VNNI");
   const int nb = ns * kQBlocksPerSuper;
-  __m512 acc[R];
+  __m512 acc[G][R];  // [group][row]
   #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[g][r] = _mm512_setzero_ps();
   const int8_t* xq0 = a.q.data() + size_t(row0) * in_features;
   const float* dx0 = a.d.data() + size_t(row0) * nb;
   const int32_t* offset16_0 = a.sum16_neg32.data() + size_t(row0) * nb * 2;
   for (int s = 0; s < ns; ++s) {
-    const uint8_t* sb = group + size_t(s) * kQ6KGroupSuperBytes;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    __m512 d[G];
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g)
+      d[g] = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(group + g * group_bytes + size_t(s) * kQ6KGroupSuperBytes)));
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
       const int b = s * kQBlocksPerSuper + i;
-      // d * sc of the two 16-value halves, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
-      const __m512 dsc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i)))));
-      const __m512 dsc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 48 + 32 * i)))));
-      const uint8_t* blk = sb + 288 + 384 * i;
-      if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
-      __m512i w[8];  // quad q: the 6-bit levels of k = 4q..4q+3, one byte each
-      #pragma GCC unroll 8
-      for (int p = 0; p < 2; ++p) {
-        const __m512i high = _mm512_loadu_si512(blk + 256 + 64 * p);
-        const __m512i low0 = _mm512_loadu_si512(blk + 128 * p), low1 = _mm512_loadu_si512(blk + 128 * p + 64);
-        w[2 * p] = low_nibble_or(low0, bits_4_5(_mm512_slli_epi16(high, 4)));
-        w[2 * p + 4] = low_nibble_or(_mm512_srli_epi16(low0, 4), bits_4_5(_mm512_slli_epi16(high, 2)));
-        w[2 * p + 1] = low_nibble_or(low1, bits_4_5(high));
-        w[2 * p + 5] = low_nibble_or(_mm512_srli_epi16(low1, 4), bits_4_5(_mm512_srli_epi16(high, 2)));
+      __m512 dsc_lo[G], dsc_hi[G];
+      __m512i w[G][8];  // quad q: the 6-bit levels of k = 4q..4q+3, one byte each
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* sb = group + g * group_bytes + size_t(s) * kQ6KGroupSuperBytes;
+        // d * sc of the two 16-value halves, exact (qgemm_k.h, Arithmetic); shared by the tile's rows.
+        dsc_lo[g] = _mm512_mul_ps(d[g], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 32 + 32 * i)))));
+        dsc_hi[g] = _mm512_mul_ps(d[g], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 48 + 32 * i)))));
+        const uint8_t* blk = sb + 288 + 384 * i;
+        if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
+        #pragma GCC unroll 8
+        for (int p = 0; p < 2; ++p) {
+          const __m512i high = _mm512_loadu_si512(blk + 256 + 64 * p);
+          const __m512i low0 = _mm512_loadu_si512(blk + 128 * p), low1 = _mm512_loadu_si512(blk + 128 * p + 64);
+          w[g][2 * p] = low_nibble_or(low0, bits_4_5(_mm512_slli_epi16(high, 4)));
+          w[g][2 * p + 4] = low_nibble_or(_mm512_srli_epi16(low0, 4), bits_4_5(_mm512_slli_epi16(high, 2)));
+          w[g][2 * p + 1] = low_nibble_or(low1, bits_4_5(high));
+          w[g][2 * p + 5] = low_nibble_or(_mm512_srli_epi16(low1, 4), bits_4_5(_mm512_srli_epi16(high, 2)));
+        }
       }
       #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
@@ -156,20 +168,40 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
         const int32_t* offset16 = offset16_0 + (size_t(r) * nb + b) * 2;
         constexpr bool kFusedQ6K = R >= 4;  // from how many rows (dot_quad_at)
         // The level offset (q - 32) enters as the start value: exact integers.
-        __m512i lo = _mm512_set1_epi32(offset16[0]), hi = _mm512_set1_epi32(offset16[1]);
+        __m512i lo[G], hi[G];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) lo[g] = _mm512_set1_epi32(offset16[0]), hi[g] = _mm512_set1_epi32(offset16[1]);
         #pragma GCC unroll 8
         for (int q = 0; q < 4; ++q) {
-          lo = dot_quad_at<kFusedQ6K>(lo, w[q], xq + 4 * q);
-          hi = dot_quad_at<kFusedQ6K>(hi, w[q + 4], xq + 16 + 4 * q);
+          if constexpr (G == 1) {
+            lo[0] = dot_quad_at<kFusedQ6K>(lo[0], w[0][q], xq + 4 * q);
+            hi[0] = dot_quad_at<kFusedQ6K>(hi[0], w[0][q + 4], xq + 16 + 4 * q);
+          } else {
+            const __m512i x_lo = broadcast_quad(xq + 4 * q), x_hi = broadcast_quad(xq + 16 + 4 * q);
+            #pragma GCC unroll 2
+            for (int g = 0; g < G; ++g) {
+              lo[g] = dot_quads(lo[g], w[g][q], x_lo);
+              hi[g] = dot_quads(hi[g], w[g][q + 4], x_hi);
+            }
+          }
         }
-        const __m512 t = _mm512_fmadd_ps(dsc_lo, _mm512_cvtepi32_ps(lo), _mm512_mul_ps(dsc_hi, _mm512_cvtepi32_ps(hi)));
-        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dx0[size_t(r) * nb + b]), acc[r]);
+        const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]);
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          const __m512 t = _mm512_fmadd_ps(dsc_lo[g], _mm512_cvtepi32_ps(lo[g]),
+                                           _mm512_mul_ps(dsc_hi[g], _mm512_cvtepi32_ps(hi[g])));
+          acc[g][r] = _mm512_fmadd_ps(t, dx, acc[g][r]);
+        }
       }
     }
   }
-  const __mmask16 mask = valid_lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid_lanes) - 1u);
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy, mask, acc[r]);
+  #pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+    const int valid = g == G - 1 ? valid_last : kQGroup;
+    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
+  }
 }
 
 template <QuantType kT, int R>
@@ -178,12 +210,12 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   if constexpr (kT == QuantType::Q4_K) {
     tile_q4k<R>(a, row0, in_features, group, 0, ns, y, ldy, valid_lanes, prefetch);
   } else {
-    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+    tile_q6k<R>(a, row0, in_features, group, 0, ns, y, ldy, valid_lanes, prefetch);
   }
 }
 
 // Rows [row_begin, row_end) of groups [group_begin, group_end); the prefetch as qgemm_avx512-inl.h's. Q4_K tiles of a
-// few rows take two groups at a time where the weights stream from DRAM (kMaxQ4KPairRows).
+// few rows take two groups at a time where the weights stream from DRAM (kMaxPairRows).
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
                         int out_features, int in_features, int group_begin, int group_end) {
@@ -195,15 +227,18 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
     const uint8_t* group = packed + size_t(g) * ns * gsb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    if constexpr (TS_Q_VNNI && kT == QuantType::Q4_K) {
+    if constexpr (TS_Q_VNNI) {
       const int rows = row_end - row_begin;
-      if (pair_groups && g + 1 < group_end && rows >= 2 && rows <= kMaxQ4KPairRows) {
+      if (pair_groups && g + 1 < group_end && rows >= 1 && rows <= kMaxPairRows) {
         const int valid_last = std::min(kQGroup, out_features - (g + 1) * kQGroup);
         float* y_tile = yg + size_t(row_begin) * out_features;
-        with_tile_rows<kMaxQ4KPairRows>(rows, [&](auto r) {
+        with_tile_rows<kMaxPairRows>(rows, [&](auto r) {
           constexpr int kR = decltype(r)::value;
-          if constexpr (kR >= 2)
+          if constexpr (kT == QuantType::Q4_K)
             tile_q4k<kR, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features, valid_last,
+                            row_begin == 0);
+          else
+            tile_q6k<kR, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features, valid_last,
                             row_begin == 0);
         });
         ++g;
