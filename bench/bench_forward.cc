@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -205,7 +206,8 @@ int bench_forward(int argc, char** argv) {
     model = load_target(schemes[si]);
   }
   const double weight_gb = double(model->weight_bytes()) / 1e9;
-  set_weights_streamed(streams_from_dram(model->weight_bytes()));  // each format's own, as a command would set it
+  // Each format's own hint, as a command loading it would set it.
+  set_weights_streamed(streamed_for_model(model->weight_bytes(), std::getenv("TREESPARK_WEIGHTS_STREAMED")));
   std::fprintf(stderr, "weights %s: %.3f GB of packed weights per forward%s\n", model->weight_format().c_str(),
                weight_gb, weights_streamed() ? ", streamed from DRAM (more than the L3)" : "");
   for (Isa isa : isas) {

@@ -356,7 +356,15 @@ void configure_for_model(size_t weight_bytes, int threads) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;
   if (!chosen && active_isa() == Isa::Amx && weight_bytes < kSmallModelBytes)
     g_active_isa.store(int(Isa::Avx512), std::memory_order_relaxed);
-  set_weights_streamed(streams_from_dram(weight_bytes));
+  set_weights_streamed(streamed_for_model(weight_bytes, std::getenv("TREESPARK_WEIGHTS_STREAMED")));
+}
+
+bool streamed_for_model(size_t weight_bytes, const char* request) {
+  const std::string value = request != nullptr ? request : "";
+  TS_CHECK(value.empty() || value == "0" || value == "1", "TREESPARK_WEIGHTS_STREAMED=", value,
+           ": expected 0 (weights cache-resident) or 1 (weights streamed from DRAM); unset, the model's size against "
+           "the L3 decides");
+  return value.empty() ? streams_from_dram(weight_bytes) : value == "1";
 }
 
 bool streams_from_dram(size_t weight_bytes) {

@@ -94,12 +94,15 @@ int num_threads();
 // cache-resident model costs more on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a DRAM-bound
 // model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, "Kernels and weights";
 // docs/results/optimization-notes.md, "Small models: avx512 instead of amx").
-// It also sets weights_streamed() to streams_from_dram(weight_bytes).
+// It also sets weights_streamed() to streamed_for_model(weight_bytes, $TREESPARK_WEIGHTS_STREAMED).
 void configure_for_model(size_t weight_bytes, int threads);
 
 // Whether a model's weight_bytes stream from DRAM on every forward: more than the L3 holds (48 MiB where its size is
 // unknown). A cache-resident model's forwards are compute-bound instead.
 bool streams_from_dram(size_t weight_bytes);
+// The DRAM hint for a model of weight_bytes: `request` "1" or "0" where given (an L3 size the guest misreports can
+// be overruled), else streams_from_dram. Throws ts::Error for any other value.
+bool streamed_for_model(size_t weight_bytes, const char* request);
 // The kernels' hint that the weights they read stream from DRAM (process-wide, false until set): the K-quant GEMM
 // then reads two output groups at once in tiles of a few rows (kernels/cpu/qgemm_k_avx512-inl.h). Only which
 // instructions run changes, never a result's bits. configure_for_model sets it; tests and benchmarks may too.

@@ -137,6 +137,17 @@ TEST(Isa, ConfigureForModelSetsTheDramHintFromTheModelSize) {
   set_weights_streamed(true);
   EXPECT_TRUE(weights_streamed());
   set_weights_streamed(saved);
+  // $TREESPARK_WEIGHTS_STREAMED overrules the size; anything but 0 or 1 is refused by name.
+  EXPECT_TRUE(streamed_for_model(size_t(1) << 20, "1"));
+  EXPECT_FALSE(streamed_for_model(bound + 1, "0"));
+  EXPECT_TRUE(streamed_for_model(bound + 1, ""));
+  EXPECT_FALSE(streamed_for_model(size_t(1) << 20, nullptr));
+  try {
+    streamed_for_model(1, "yes");
+    ADD_FAILURE() << "TREESPARK_WEIGHTS_STREAMED=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TREESPARK_WEIGHTS_STREAMED=yes"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
