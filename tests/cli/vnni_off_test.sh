@@ -5,9 +5,7 @@
 #   vnni_off_test.sh <treespark binary>
 source "$(dirname "$0")/common.sh" "$@"
 
-"$bin" make-model --out "$dir/target" --drafter-out "$dir/drafter" --dtype bf16 --vocab 256 --hidden 256 \
-  --intermediate 512 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 > /dev/null 2>&1 || fail "make-model"
-ids() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['ids'])"; }
+make_quantizable_pair
 for q in q4_0 q8_0 q4_k_m; do
   gen() { "$bin" generate --model "$dir/target" --drafter "$dir/drafter" --quantize $q --prompt-ids 1,2,3,4 \
     --max-tokens 24 --temperature 0 --threads 2 --json; }
