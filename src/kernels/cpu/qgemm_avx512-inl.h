@@ -113,13 +113,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
           continue;
         }
 #endif
-        if constexpr (G == 1) {
-          s[0][j % kChains] = dot_quad_at<kFused>(s[0][j % kChains], w[0][j], xq + 4 * j);
-        } else {
-          const __m512i x = broadcast_quad(xq + 4 * j);  // one broadcast for both groups' products
-          #pragma GCC unroll 2
-          for (int g = 0; g < G; ++g) s[g][0] = dot_quads(s[g][0], w[g][j], x);
-        }
+        dot_quad_groups<kFused>(s, w, j, xq + 4 * j);
       }
       #pragma GCC unroll 2
       for (int g = 0; g < G; ++g) {
@@ -129,13 +123,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       }
     }
   }
-  #pragma GCC unroll 2
-  for (int g = 0; g < G; ++g) {
-    const int valid = g == G - 1 ? valid_last : kQGroup;
-    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
-  }
+  store_groups<G, R>(acc, y, ldy, valid_last);
 }
 
 // Rows [row_begin, row_end) of groups [group_begin, group_end). The group's first row tile prefetches the weight

@@ -1,4 +1,4 @@
-// Internal: what the avx512 quantized GEMMs share (activation quads and their integer dot products), included
+// Internal: what the avx512 quantized GEMMs share (activation quads, their integer dot products, tile stores), included
 // inside the namespace of qgemm_avx512-inl.h and qgemm_k_avx512-inl.h (after <immintrin.h> and <cstring>; once per
 // namespace, so no include guard). Expects TS_Q_TARGET and TS_Q_VNNI.
 
@@ -34,4 +34,30 @@ TS_Q_TARGET inline __m512i dot_quad_at(__m512i s, __m512i u, const int8_t* p) {
   }
 #endif
   return dot_quads(s, u, broadcast_quad(p));
+}
+
+// Quad q of G groups' weights (w[g][q]) times the activation quad at p, added to s[g][q % kChains]: for one group
+// through dot_quad_at<kFused>; for two (one chain each), one broadcast feeds both groups' products.
+template <bool kFused, int G, int kChains>
+TS_Q_TARGET inline void dot_quad_groups(__m512i (&s)[G][kChains], const __m512i (&w)[G][8], int q, const int8_t* p) {
+  static_assert(G == 1 || kChains == 1, "two groups take one chain each");
+  if constexpr (G == 1) {
+    s[0][q % kChains] = dot_quad_at<kFused>(s[0][q % kChains], w[0][q], p);
+  } else {
+    const __m512i x = broadcast_quad(p);
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) s[g][0] = dot_quads(s[g][0], w[g][q], x);
+  }
+}
+
+// acc[g][r] to y[r ldy + 16 g, ...): R rows of G groups of 16 outputs, of the last group its first valid_last.
+template <int G, int R>
+TS_Q_TARGET inline void store_groups(const __m512 (&acc)[G][R], float* y, int ldy, int valid_last) {
+  #pragma GCC unroll 2
+  for (int g = 0; g < G; ++g) {
+    const int valid = g == G - 1 ? valid_last : 16;
+    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * 16, mask, acc[g][r]);
+  }
 }

@@ -91,15 +91,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
         for (int g = 0; g < G; ++g)
           for (int c = 0; c < kChains; ++c) sum[g][c] = _mm512_setzero_si512();
         #pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) {
-          if constexpr (G == 1) {
-            sum[0][q % kChains] = dot_quad_at<kFusedQ4K>(sum[0][q % kChains], w[0][q], xq + 4 * q);
-          } else {
-            const __m512i x = broadcast_quad(xq + 4 * q);  // one broadcast for both groups' products
-            #pragma GCC unroll 2
-            for (int g = 0; g < G; ++g) sum[g][0] = dot_quads(sum[g][0], w[g][q], x);
-          }
-        }
+        for (int q = 0; q < 8; ++q) dot_quad_groups<kFusedQ4K>(sum, w, q, xq + 4 * q);
         const __m512 dx = _mm512_set1_ps(dx0[size_t(r) * nb + b]), dsum = _mm512_set1_ps(dsum0[size_t(r) * nb + b]);
         #pragma GCC unroll 2
         for (int g = 0; g < G; ++g) {
@@ -110,13 +102,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
       }
     }
   }
-  #pragma GCC unroll 2
-  for (int g = 0; g < G; ++g) {
-    const int valid = g == G - 1 ? valid_last : kQGroup;
-    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
-  }
+  store_groups<G, R>(acc, y, ldy, valid_last);
 }
 
 // tile_q4k's shape for Q6_K: G groups (1, or 2 with VNNI) of 16 outputs for R rows, the same bits whatever G is.
@@ -195,13 +181,7 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
       }
     }
   }
-  #pragma GCC unroll 2
-  for (int g = 0; g < G; ++g) {
-    const int valid = g == G - 1 ? valid_last : kQGroup;
-    const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + size_t(r) * ldy + g * kQGroup, mask, acc[g][r]);
-  }
+  store_groups<G, R>(acc, y, ldy, valid_last);
 }
 
 template <QuantType kT, int R>
