@@ -103,9 +103,10 @@ bool streams_from_dram(size_t weight_bytes);
 // The DRAM hint for a model of weight_bytes: `request` "1" or "0" where given (an L3 size the guest misreports can
 // be overruled), else streams_from_dram. Throws ts::Error for any other value.
 bool streamed_for_model(size_t weight_bytes, const char* request);
-// The kernels' hint that the weights they read stream from DRAM (process-wide, false until set): the K-quant GEMM
-// then reads two output groups at once in tiles of a few rows (kernels/cpu/qgemm_k_avx512-inl.h). Only which
-// instructions run changes, never a result's bits. configure_for_model sets it; tests and benchmarks may too.
+// The kernels' hint that the weights they read stream from DRAM (process-wide, false until set): the avx512-vnni
+// quantized GEMM then reads two output groups at once in tiles of a few rows, one row included
+// (kernels/cpu/qgemm_avx512-inl.h, qgemm_k_avx512-inl.h). Only which instructions run changes, never a result's
+// bits. configure_for_model sets it; tests and benchmarks may too.
 bool weights_streamed();
 void set_weights_streamed(bool streamed);
 
