@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   const std::string which = argc > 3 ? argv[3] : "all";
   set_num_threads(threads);
   g_cpu_clock = threads == 1;
-  set_weights_streamed(streams_from_dram(mib << 20));  // as a model of that size would set it
+  // As a model of that size would set it ($TREESPARK_WEIGHTS_STREAMED overrules, as for the commands).
+  set_weights_streamed(streamed_for_model(mib << 20, std::getenv("TREESPARK_WEIGHTS_STREAMED")));
   std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB (%s), huge pages %s; M=k: time(M=k)/time(M=1)\n",
               threads, g_cpu_clock ? "thread CPU" : "wall", mib, weights_streamed() ? "streamed" : "cache-resident",
               weight_hugepages_state());

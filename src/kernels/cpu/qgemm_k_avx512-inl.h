@@ -184,27 +184,26 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
   store_groups<G, R>(acc, y, ldy, valid_last);
 }
 
-template <QuantType kT, int R>
-TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                      int ldy, int valid_lanes, bool prefetch) {
+template <QuantType kT, int R, int G = 1>
+TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
+                      int ns, float* y, int ldy, int valid_last, bool prefetch) {
   if constexpr (kT == QuantType::Q4_K) {
-    tile_q4k<R>(a, row0, in_features, group, 0, ns, y, ldy, valid_lanes, prefetch);
+    tile_q4k<R, G>(a, row0, in_features, group, group_bytes, ns, y, ldy, valid_last, prefetch);
   } else {
-    tile_q6k<R>(a, row0, in_features, group, 0, ns, y, ldy, valid_lanes, prefetch);
+    tile_q6k<R, G>(a, row0, in_features, group, group_bytes, ns, y, ldy, valid_last, prefetch);
   }
 }
 
-// Rows [row_begin, row_end) of groups [group_begin, group_end); the prefetch as qgemm_avx512-inl.h's. Q4_K tiles of a
-// few rows take two groups at a time where the weights stream from DRAM (kMaxPairRows).
+// Rows [row_begin, row_end) of groups [group_begin, group_end); the prefetch as qgemm_avx512-inl.h's. Tiles of a few
+// rows take two groups at a time where the weights stream from DRAM (kMaxPairRows).
 template <QuantType kT>
 TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, const uint8_t* packed, float* y,
                         int out_features, int in_features, int group_begin, int group_end) {
   const int ns = in_features / kQSuper;
-  const size_t gsb = qgemm_k_group_super_bytes(kT);
-  const size_t group_bytes = size_t(ns) * gsb;
+  const size_t group_bytes = size_t(ns) * qgemm_k_group_super_bytes(kT);
   [[maybe_unused]] const bool pair_groups = weights_streamed();
   for (int g = group_begin; g < group_end; ++g) {
-    const uint8_t* group = packed + size_t(g) * ns * gsb;
+    const uint8_t* group = packed + size_t(g) * group_bytes;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
     if constexpr (TS_Q_VNNI) {
@@ -213,13 +212,8 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
         const int valid_last = std::min(kQGroup, out_features - (g + 1) * kQGroup);
         float* y_tile = yg + size_t(row_begin) * out_features;
         with_tile_rows<kMaxPairRows>(rows, [&](auto r) {
-          constexpr int kR = decltype(r)::value;
-          if constexpr (kT == QuantType::Q4_K)
-            tile_q4k<kR, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features, valid_last,
-                            row_begin == 0);
-          else
-            tile_q6k<kR, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features, valid_last,
-                            row_begin == 0);
+          tile<kT, decltype(r)::value, 2>(a, row_begin, in_features, group, group_bytes, ns, y_tile, out_features,
+                                          valid_last, row_begin == 0);
         });
         ++g;
         continue;
@@ -227,8 +221,8 @@ TS_Q_TARGET void groups(const QuantizedRows& a, int row_begin, int row_end, cons
     }
     for (int row0 = row_begin; row0 < row_end; row0 += kMaxTileRows<kT>) {
       with_tile_rows<kMaxTileRows<kT>>(std::min(kMaxTileRows<kT>, row_end - row0), [&](auto rows) {
-        tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+        tile<kT, decltype(rows)::value>(a, row0, in_features, group, group_bytes, ns,
+                                        yg + size_t(row0) * out_features, out_features, valid, row0 == 0);
       });
     }
   }
