@@ -197,19 +197,13 @@ void Linear::forward(const float* x, int rows, float* y) const {
 
 void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const {
   const Impl& m = *impl_;
-  const cpu::QgemmKernel kernel = cpu::active_kernels().qgemm->kernel;
-  thread_local std::vector<float> part_y;  // [rows, a part's out_features]
-  int column = 0;
-  for (const Linear& p : m.parts) {
-    const Impl& pm = *p.impl_;
-    part_y.resize(size_t(rows) * pm.out_features);
-    cpu::qgemm(kernel, pm.quant, acts, static_cast<const uint8_t*>(pm.packed.get()), part_y.data(), pm.out_features,
-               m.in_features);
-    for (int r = 0; r < rows; ++r)
-      std::memcpy(y + size_t(r) * m.out_features + column, part_y.data() + size_t(r) * pm.out_features,
-                  size_t(pm.out_features) * sizeof(float));
-    column += pm.out_features;
-  }
+  TS_CHECK(acts.rows == rows, "Linear::forward_parts: ", acts.rows, " quantized rows for ", rows);
+  thread_local std::vector<cpu::QgemmPart> parts;
+  thread_local std::vector<std::vector<float>> part_y;  // [parts][rows, a part's out_features]
+  parts.clear();
+  for (const Linear& p : m.parts)
+    parts.push_back({p.impl_->quant, static_cast<const uint8_t*>(p.impl_->packed.get()), p.impl_->out_features});
+  cpu::qgemm_stacked(cpu::active_kernels().qgemm->kernel, parts, acts, y, m.in_features, part_y);
 }
 
 int Linear::out_features() const { return impl_->out_features; }

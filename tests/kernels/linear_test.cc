@@ -230,40 +230,50 @@ TEST_P(QuantizedLinear, FromHalfPrecisionEqualsBlocksOfTheWidenedValues) {
 }
 
 // A stacked Linear (parts in their own formats, one output row) gives each part's outputs bit for bit at its
-// columns, for every row count (so it keeps batch invariance), and reports the parts' formats and bytes.
+// columns, for every row count (so it keeps batch invariance) and thread count, and reports the parts' formats and
+// bytes. The second shape is big enough to be threaded (gemm_worth_threads), so the threads' ranges of groups
+// start and end inside parts.
 TEST_P(QuantizedLinear, StackedPartsEqualTheirOwnForwards) {
   const int in = 512;
-  const int part_out[] = {40, 17, 33};  // ragged: groups of 16 outputs cut short
   const QuantType part_type[] = {QuantType::Q4_K, QuantType::Q6_K, QuantType::Q8_0};
-  std::vector<kernels::Linear> parts, singles;
-  size_t bytes = 0;
-  for (int p = 0; p < 3; ++p) {
-    const std::vector<float> w = random_normal(size_t(part_out[p]) * in, 0.05f, 31 + p);
-    parts.emplace_back(w.data(), DType::F32, part_out[p], in, part_type[p]);
-    singles.emplace_back(w.data(), DType::F32, part_out[p], in, part_type[p]);
-    bytes += singles.back().weight_bytes();
-  }
-  const kernels::Linear stacked = kernels::Linear::stacked(std::move(parts));
-  const int out = 40 + 17 + 33;
-  EXPECT_EQ(stacked.out_features(), out);
-  EXPECT_EQ(stacked.in_features(), in);
-  EXPECT_EQ(stacked.weight_bytes(), bytes);
-  EXPECT_TRUE(stacked.quantized());
-  EXPECT_STREQ(stacked.format_name(), "Q4_K+Q6_K+Q8_0");
-  const std::vector<float> x = random_normal(size_t(17) * in, 1.0f, 9);
-  for (int rows : {1, 3, 8, 17}) {
-    std::vector<float> got(size_t(rows) * out, -1.0f);
-    stacked.forward(x.data(), rows, got.data());
-    int column = 0;
+  const int shapes[2][3] = {{40, 17, 33},     // ragged: groups of 16 outputs cut short; one thread
+                            {520, 263, 281}};  // 1064 x 512: threaded from one row on
+  for (const auto& part_out : shapes) {
+    std::vector<kernels::Linear> parts, singles;
+    size_t bytes = 0;
     for (int p = 0; p < 3; ++p) {
-      std::vector<float> want(size_t(rows) * part_out[p]);
-      singles[p].forward(x.data(), rows, want.data());
-      for (int r = 0; r < rows; ++r)
-        EXPECT_EQ(bit_differences(want.data() + size_t(r) * part_out[p], got.data() + size_t(r) * out + column,
-                                  size_t(part_out[p])), 0u)
-            << "rows " << rows << " row " << r << " part " << p;
-      column += part_out[p];
+      const std::vector<float> w = random_normal(size_t(part_out[p]) * in, 0.05f, 31 + p);
+      parts.emplace_back(w.data(), DType::F32, part_out[p], in, part_type[p]);
+      singles.emplace_back(w.data(), DType::F32, part_out[p], in, part_type[p]);
+      bytes += singles.back().weight_bytes();
     }
+    const kernels::Linear stacked = kernels::Linear::stacked(std::move(parts));
+    const int out = part_out[0] + part_out[1] + part_out[2];
+    EXPECT_EQ(stacked.out_features(), out);
+    EXPECT_EQ(stacked.in_features(), in);
+    EXPECT_EQ(stacked.weight_bytes(), bytes);
+    EXPECT_TRUE(stacked.quantized());
+    EXPECT_STREQ(stacked.format_name(), "Q4_K+Q6_K+Q8_0");
+    const std::vector<float> x = random_normal(size_t(17) * in, 1.0f, 9);
+    const int threads = num_threads();
+    for (int t : {1, 2, 3}) {
+      set_num_threads(t);
+      for (int rows : {1, 3, 8, 17}) {
+        std::vector<float> got(size_t(rows) * out, -1.0f);
+        stacked.forward(x.data(), rows, got.data());
+        int column = 0;
+        for (int p = 0; p < 3; ++p) {
+          std::vector<float> want(size_t(rows) * part_out[p]);
+          singles[p].forward(x.data(), rows, want.data());
+          for (int r = 0; r < rows; ++r)
+            EXPECT_EQ(bit_differences(want.data() + size_t(r) * part_out[p], got.data() + size_t(r) * out + column,
+                                      size_t(part_out[p])), 0u)
+                << out << " outputs, threads " << t << " rows " << rows << " row " << r << " part " << p;
+          column += part_out[p];
+        }
+      }
+    }
+    set_num_threads(threads);
   }
   std::vector<kernels::Linear> bad;
   bad.emplace_back(random_normal(size_t(16) * in, 0.05f, 1).data(), DType::F32, 16, in, QuantType::Q8_0);

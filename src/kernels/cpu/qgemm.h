@@ -104,6 +104,17 @@ void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, Qua
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
            int out_features, int in_features);
 
+// One part of a stacked product (qgemm_stacked): packed weights of type t for out_features outputs.
+struct QgemmPart {
+  QuantType type = QuantType::Q8_0;
+  const uint8_t* packed = nullptr;
+  int out_features = 0;
+};
+// y: [rows, sum of the parts' out_features] = [part 0's outputs | part 1's | ...], each part's bits its own qgemm's.
+// One parallel region splits all the parts' groups (a mixed Q4_K / Q6_K q/k/v product would otherwise run a region
+// per part, its small parts on one thread); part_y: [rows, out_features of each part] scratch, one per part.
+void qgemm_stacked(QgemmKernel k, const std::vector<QgemmPart>& parts, const QuantizedRows& acts, float* y,
+                   int in_features, std::vector<std::vector<float>>& part_y);
 // The per-variant entry points (qgemm.cc, qgemm_avx2.cc, qgemm_avx512.cc), reached through the kernel tables
 // (kernel_table.h). `group_begin, group_end`: the 16-row groups to compute (threads split groups); *_vnni use
 // vpdpbusd, *_plain its exact emulation.
