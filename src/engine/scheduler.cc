@@ -245,7 +245,7 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const int bucket = batch_bucket(step.batch);
   const double residual = step.actual_ms - step.modelled_ms;
   if (step.drafting == 0) {
-    if (state.plain_observed++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
+    if (state.plain_observed[bucket]++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
     return;
   }
   // Negative where rounds cost less than the curve says, down to the price of the same step run plain.
@@ -254,7 +254,7 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const double per_request = std::max(floor, (residual - plain_residual_ms(state, step.batch)) / step.drafting);
   const double estimate_before = draft_residual_ms(state, step.batch);
   const bool held_before = state.draft_residual[bucket].count > 0;
-  if (state.draft_observed++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
+  if (state.draft_observed[bucket]++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
   if (!step.probe) return;
   // A probe that found rounds clearly cheaper than the estimate it tested (by kProbeRelief) looks again soon; one
   // that confirmed it (within noise) backs off, so where speculation does not pay the probes' cost shrinks toward

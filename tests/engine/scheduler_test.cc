@@ -259,7 +259,7 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
     // The other batch bucket has not been measured: it keeps the curve's price.
     EXPECT_EQ(draft_residual_ms(st, b == 1 ? 8 : 1), 0.0);
   }
-  // The process's first steps are not trusted (cold caches), nor is one outlier among steady steps.
+  // A bucket's first steps are not trusted (cold caches), nor is one outlier among steady steps.
   SchedulerState fresh = state_with(1);
   for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 1, 1, 1000.0, 12.0);
   EXPECT_EQ(draft_residual_ms(fresh, 1), 0.0);
@@ -268,6 +268,16 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
   observe(fresh, 1, 1, 1000.0, 12.0);
   EXPECT_NEAR(draft_residual_ms(fresh, 1), 0.5, 1e-9) << "the median ignores one outlier";
   EXPECT_EQ(speculating(schedule(fresh)), 1);
+  // Each batch bucket's first steps of each kind are warm-up too (buffers grow with the batch): the first rounds at
+  // batch 8, long after batch 1 was measured, teach nothing; the steps after them do.
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 8, 0, 1000.0, 10.0), observe(fresh, 8, 8, 1000.0, 12.0);
+  EXPECT_EQ(plain_residual_ms(fresh, 8), 0.0);
+  EXPECT_EQ(draft_residual_ms(fresh, 8), 0.0);
+  observe(fresh, 8, 0, 10.5, 10.0);
+  observe(fresh, 8, 8, 12.0 + 0.5 + 8 * 0.25, 12.0);
+  EXPECT_NEAR(plain_residual_ms(fresh, 8), 0.5, 1e-9);
+  EXPECT_NEAR(draft_residual_ms(fresh, 8), 0.25, 1e-9);
+  EXPECT_NEAR(draft_residual_ms(fresh, 1), 0.5, 1e-9) << "batch 1's estimate is its own";
 }
 
 TEST(Scheduler, ResidualWindowIsTheLowerMedianOfTheNewestObservations) {
