@@ -588,8 +588,8 @@ StepReport Engine::step() {
     if (!events.empty() && config_.on_kv_events) config_.on_kv_events(events);
   }
   // The policy learns what a step really cost its requests: the step's callback (a server's bookkeeping, a log
-  // line) included.
-  seen.actual_ms = now_ms() - t0;
+  // line) included, the drafter's backlog (deferred work of earlier steps, StepReport::backlog_ms) left out.
+  seen.actual_ms = now_ms() - t0 - report.backlog_ms;
   if (seen.modelled_ms > 0 && !config_.deterministic_trees) sched::observe_step(sched_, seen);
   return report;
 }

@@ -157,7 +157,9 @@ class Engine {
   // run()'s phases, in order.
   void plan_items(const sched::Plan& plan, std::deque<Item>& items, std::vector<Item*>& spec_items,
                   StepReport& report, std::vector<sched::SeqOutcome>& outcomes);
-  void draft_blocks(const std::vector<Item*>& spec_items);  // one batched drafter forward (runner_->base_logits)
+  // One batched drafter forward (runner_->base_logits); first the drafter context catches up with the rows its
+  // requests committed since their last round (report.backlog_rows / backlog_ms).
+  void draft_blocks(const std::vector<Item*>& spec_items, StepReport& report);
   void grow_trees(const std::vector<Item*>& spec_items, StepReport& report);
   void grow_tree(Item& item, const float* base_logits);   // the item's Round, drafted; base_logits [block, vocab]
   void forward_all(std::deque<Item>& items, std::deque<ForwardResult>& results, StepReport& report);

@@ -178,7 +178,7 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   if (item.kind == Item::Prefill || live.done()) store_prefix(live);
 }
 
-void Engine::draft_blocks(const std::vector<Item*>& spec_items) {
+void Engine::draft_blocks(const std::vector<Item*>& spec_items, StepReport& report) {
   if (spec_items.empty()) return;
   const int V = target_.config().vocab_size, B = drafter_->block_size();
   runner_->base_logits.resize(spec_items.size() * size_t(B) * V);  // [n, B, V]
@@ -190,7 +190,14 @@ void Engine::draft_blocks(const std::vector<Item*>& spec_items) {
     positions.push_back(it->anchor_pos);
   }
   try {
-    for (Item* it : spec_items) flush_taps(*it->live);  // the context must hold every committed token
+    // The context must hold every committed token: a request's prompt, or the tokens of its plain steps, wait in
+    // its backlog until its next round. Timed apart, as work deferred from earlier steps (StepReport::backlog_ms).
+    const double t = now_ms();
+    for (Item* it : spec_items) {
+      report.backlog_rows += int(it->live->backlog_positions.size());
+      flush_taps(*it->live);
+    }
+    if (report.backlog_rows > 0) report.backlog_ms = now_ms() - t;
     drafter_->draft_blocks(states, anchors.data(), positions.data(), runner_->base_logits.data());
   } catch (const std::exception&) {
     for (size_t i = 0; i < spec_items.size(); ++i) {  // isolate the request that fails
@@ -406,8 +413,8 @@ void Engine::run(const sched::Plan& plan, StepReport& report, std::vector<sched:
   report.batch = plan.batch;
   // 1. One batched drafter forward for every speculating request; 2. its round's tree, per request.
   double t = now_ms();
-  draft_blocks(spec_items);
-  report.draft_ms = now_ms() - t;
+  draft_blocks(spec_items, report);
+  report.draft_ms = now_ms() - t;  // backlog_ms included
   grow_trees(spec_items, report);
   // 3. ONE target forward over every request's rows (each request alone after a failure).
   t = now_ms();

@@ -64,7 +64,10 @@ std::string describe_policy_step(const StepReport& r) {
   std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
                          r.plain_probe ? " plain-probe" : "",
                          r.modelled_ms > 0 ? cat(" predicted ", r.modelled_ms, " ms") : std::string(), " actual ",
-                         r.step_ms, " ms;");
+                         r.step_ms, " ms",
+                         r.backlog_rows > 0 ? cat(" (drafter backlog ", r.backlog_rows, " rows ", r.backlog_ms, " ms)")
+                                            : std::string(),
+                         ";");
   for (const RoundDecision& d : r.decisions)
     line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
                         : cat(" [", d.id, " plain]");

@@ -48,6 +48,12 @@ struct StepReport {
   int prefill_tokens = 0;
   int forward_rows = 0;      // rows of the one target forward
   double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
+  // The drafter context catching up, before this step's draft, with rows its speculating requests committed in
+  // earlier steps (a prompt, plain steps' tokens; part of draft_ms): work deferred from those steps, so the policy
+  // learns a step's cost without it. Counted in, a batch-8 step of first rounds priced every later round ~1 ms
+  // dearer, and speculation stayed off.
+  int backlog_rows = 0;
+  double backlog_ms = 0;
   // What the policy predicted this decode-only step would cost (the cost model plus the residuals it had learned
   // before the step); 0 when unpriced (no cost model, or prefill in the step).
   double modelled_ms = 0;

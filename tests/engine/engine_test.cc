@@ -177,6 +177,45 @@ TEST(Engine, ShippedPairBatchedGreedyEqualsOneByOne) {
 // Two sampled requests share every step (one batched drafter forward, one target forward); each one's 3-token
 // continuations must follow its own target distribution. The bound is the generator test's (per-cell standard
 // error, x1.5 plus 0.01).
+// A round first brings the drafter's context up to date with the rows its request committed in plain steps since
+// its previous round. The step reports that catch-up apart (backlog_rows / backlog_ms, left out of what the
+// load-adaptive policy learns a round costs). Here rows cost so much that speculation never pays: the request
+// decodes plainly and speculates only in the policy's probes, each catching up with the plain steps before it.
+TEST(Engine, TheDrafterBacklogIsReportedApartFromTheRound) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 11);
+  EngineConfig config;
+  config.cost_model = toy_curve();
+  for (size_t i = 0; i < config.cost_model->ms.size(); ++i)
+    if (i % 3 != 0) config.cost_model->ms[i] *= 100;  // k = 4 and 16: rows far dearer than any draft repays
+  Engine engine(*pair.target, pair.drafter.get(), config);
+  Collected got;
+  Request r;
+  r.prompt = prompt_of(2, 20);
+  r.options.max_new_tokens = 60;
+  r.options.mode = DecodeMode::Tree;
+  engine.add(r, collect(&got));
+  int rounds = 0, plain_since_round = 0, caught_up = 0;
+  while (!engine.idle()) {
+    const StepReport rep = engine.step();
+    ASSERT_LT(rep.step, 200);
+    EXPECT_GE(rep.backlog_ms, 0.0);
+    EXPECT_LE(rep.backlog_ms, rep.draft_ms) << "the catch-up is part of the drafter's time";
+    if (rep.decisions.empty()) continue;  // prefill
+    if (!rep.decisions[0].speculate) {
+      EXPECT_EQ(rep.backlog_rows, 0) << "step " << rep.step << ": no round, no catch-up";
+      ++plain_since_round;
+      continue;
+    }
+    ++rounds;
+    EXPECT_EQ(rep.backlog_rows, plain_since_round) << "step " << rep.step << ": one row per plain step";
+    caught_up += rep.backlog_rows;
+    plain_since_round = 0;
+  }
+  EXPECT_GE(rounds, 2) << "probes";
+  EXPECT_GT(caught_up, 0);
+  EXPECT_EQ(got.ids, greedy_reference(*pair.target, r.prompt, 60));
+}
+
 TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   Pair pair = make_pair(/*vocab=*/8, /*hidden=*/32, /*layers=*/1, /*block=*/4, DType::F32, 78);
   const std::vector<int32_t> prompt_a = {1, 5, 2}, prompt_b = {3, 3, 6, 0};
