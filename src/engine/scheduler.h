@@ -42,10 +42,11 @@
 //      until the bucket is measured, then one per kPlainRefreshSteps.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after each bucket's
-// first kResidualWarmupSteps steps of each kind are dropped (cold caches, first touch, one-off table builds, and
-// buffers that grow with the batch: the first drafting steps at batch 8 of a fresh server cost 1.3-1.6x their
-// price, and a residual learned from them kept speculation off there); one outlier moves neither, and a bucket not
-// measured yet adds nothing (the policy then measures it).
+// first kResidualWarmupSteps plain steps, and its first kResidualWarmupSteps drafting steps with each count of
+// drafting requests (bucketed the same way), are dropped: cold caches, first touch, one-off table builds, and
+// buffers that grow with the batch and with the drafting requests (the first step of eight rounds at batch 8 of a
+// fresh server cost 1.3-1.6x its price, and a residual learned from it kept speculation off there). One outlier
+// moves neither, and a bucket not measured yet adds nothing (the policy then measures it).
 // Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
 #pragma once
 
@@ -120,8 +121,8 @@ struct ResidualWindow {
 // Residuals are kept per live-batch bucket: 1, 2-3, 4-7, 8-15, 16+.
 constexpr int kBatchBuckets = 5;
 int batch_bucket(int batch);
-// A bucket's first steps of each kind (plain, drafting) teach nothing: they pay for cold caches and growing
-// buffers.
+// A bucket's first plain steps, and its first drafting steps with each drafting-count bucket, teach nothing: they
+// pay for cold caches and growing buffers.
 constexpr int kResidualWarmupSteps = 2;
 // A bucket's plain residual counts as stale once this many decode steps at that bucket ran with some request
 // drafting since its last wholly plain step (step 7 of schedule()).
@@ -145,8 +146,10 @@ struct SchedulerState {
   // that loses goodput.
   ResidualWindow plain_residual[kBatchBuckets];
   ResidualWindow draft_residual[kBatchBuckets];  // per drafting request; < 0 where the curve overprices rounds
-  // Per bucket: steps offered to observe_step, warm-up included.
-  int plain_observed[kBatchBuckets] = {}, draft_observed[kBatchBuckets] = {};
+  // Steps offered to observe_step, warm-up included: plain ones per batch bucket, drafting ones per batch bucket
+  // and bucket of the drafting count.
+  int plain_observed[kBatchBuckets] = {};
+  int draft_observed[kBatchBuckets][kBatchBuckets] = {};
   // Exploration (step 6 of schedule()).
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
   int probe_interval = 0;       // the current interval; 0 = config.probe_interval

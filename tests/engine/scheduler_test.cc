@@ -278,6 +278,19 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
   EXPECT_NEAR(plain_residual_ms(fresh, 8), 0.5, 1e-9);
   EXPECT_NEAR(draft_residual_ms(fresh, 8), 0.25, 1e-9);
   EXPECT_NEAR(draft_residual_ms(fresh, 1), 0.5, 1e-9) << "batch 1's estimate is its own";
+  // Buffers grow with the drafting requests too: at batch 8, after steps in which one request drafted, the first
+  // steps in which all eight do are warm-up again.
+  SchedulerState grown = state_with(8);
+  for (int i = 0; i < kResidualWarmupSteps + 1; ++i) observe(grown, 8, 0, 10.5, 10.0);
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(grown, 8, 1, 1000.0, 11.0);
+  observe(grown, 8, 1, 11.5 + 0.25, 11.0);
+  EXPECT_NEAR(draft_residual_ms(grown, 8), 0.25, 1e-9);
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(grown, 8, 8, 1000.0, 12.0);
+  EXPECT_NEAR(draft_residual_ms(grown, 8), 0.25, 1e-9) << "the first steps with eight drafting requests";
+  observe(grown, 8, 8, 12.5 + 8 * 0.25, 12.0);
+  observe(grown, 8, 8, 12.5 + 8 * 0.25, 12.0);
+  EXPECT_NEAR(draft_residual_ms(grown, 8), 0.25, 1e-9);
+  EXPECT_EQ(speculating(schedule(grown)), 8);
 }
 
 TEST(Scheduler, ResidualWindowIsTheLowerMedianOfTheNewestObservations) {
