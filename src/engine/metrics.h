@@ -49,9 +49,9 @@ struct StepReport {
   int forward_rows = 0;      // rows of the one target forward
   double step_ms = 0, schedule_ms = 0, draft_ms = 0, expand_ms = 0, forward_ms = 0, verify_ms = 0;
   // The drafter context catching up, before this step's draft, with rows its speculating requests committed in
-  // earlier steps (a prompt, plain steps' tokens; part of draft_ms): work deferred from those steps, so the policy
-  // learns a step's cost without it. Counted in, a batch-8 step of first rounds priced every later round ~1 ms
-  // dearer, and speculation stayed off.
+  // earlier steps (a prompt, plain steps' tokens; part of draft_ms): work deferred from those steps, one row per
+  // plain step, so the policy learns a step's cost without it (counted in, a probe after a long plain run looked
+  // dearer than rounds are).
   int backlog_rows = 0;
   double backlog_ms = 0;
   // What the policy predicted this decode-only step would cost (the cost model plus the residuals it had learned

@@ -254,7 +254,8 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const double per_request = std::max(floor, (residual - plain_residual_ms(state, step.batch)) / step.drafting);
   const double estimate_before = draft_residual_ms(state, step.batch);
   const bool held_before = state.draft_residual[bucket].count > 0;
-  if (state.draft_observed[bucket][batch_bucket(step.drafting)]++ >= kResidualWarmupSteps) state.draft_residual[bucket].add(per_request);
+  if (state.draft_observed[bucket][batch_bucket(step.drafting)]++ >= kResidualWarmupSteps)
+    state.draft_residual[bucket].add(per_request);
   if (!step.probe) return;
   // A probe that found rounds clearly cheaper than the estimate it tested (by kProbeRelief) looks again soon; one
   // that confirmed it (within noise) backs off, so where speculation does not pay the probes' cost shrinks toward

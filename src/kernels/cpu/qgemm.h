@@ -115,6 +115,7 @@ struct QgemmPart {
 // per part, its small parts on one thread); part_y: [rows, out_features of each part] scratch, one per part.
 void qgemm_stacked(QgemmKernel k, const std::vector<QgemmPart>& parts, const QuantizedRows& acts, float* y,
                    int in_features, std::vector<std::vector<float>>& part_y);
+
 // The per-variant entry points (qgemm.cc, qgemm_avx2.cc, qgemm_avx512.cc), reached through the kernel tables
 // (kernel_table.h). `group_begin, group_end`: the 16-row groups to compute (threads split groups); *_vnni use
 // vpdpbusd, *_plain its exact emulation.
