@@ -245,7 +245,7 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const int bucket = batch_bucket(step.batch);
   const double residual = step.actual_ms - step.modelled_ms;
   if (step.drafting == 0) {
-    if (state.plain_observed[bucket]++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
+    if (state.plain_observed++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
     return;
   }
   // Negative where rounds cost less than the curve says, down to the price of the same step run plain.

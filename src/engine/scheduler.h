@@ -41,12 +41,14 @@
 //      is adaptive, so the step is wholly plain). Where speculation pays this costs one step's gain per interval
 //      until the bucket is measured, then one per kPlainRefreshSteps.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
-// (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after each bucket's
-// first kResidualWarmupSteps plain steps, and its first kResidualWarmupSteps drafting steps with each count of
-// drafting requests (bucketed the same way), are dropped: cold caches, first touch, one-off table builds, and
-// buffers that grow with the batch and with the drafting requests (the first step of eight rounds at batch 8 of a
-// fresh server cost 1.3-1.6x its price, and a residual learned from it kept speculation off there). One outlier
-// moves neither, and a bucket not measured yet adds nothing (the policy then measures it).
+// (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
+// first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count
+// of drafting requests (bucketed the same way) are dropped: cold caches, first touch, one-off table builds, and
+// buffers that grow with the drafting requests (the first step of eight rounds at batch 8 of a fresh server cost
+// 1.3-1.6x its price, and a residual learned from it kept speculation off there). Plain steps warm up once per
+// process: where the policy speculates, its plain probes are the only plain steps a bucket sees, and dropping them
+// left an overpriced plain step unlearned (speculation ran at 0.9x plain at 8 requests). One outlier moves
+// neither, and a bucket not measured yet adds nothing (the policy then measures it).
 // Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
 #pragma once
 
@@ -121,8 +123,8 @@ struct ResidualWindow {
 // Residuals are kept per live-batch bucket: 1, 2-3, 4-7, 8-15, 16+.
 constexpr int kBatchBuckets = 5;
 int batch_bucket(int batch);
-// A bucket's first plain steps, and its first drafting steps with each drafting-count bucket, teach nothing: they
-// pay for cold caches and growing buffers.
+// The process's first plain steps, and a bucket's first drafting steps with each drafting-count bucket, teach
+// nothing: they pay for cold caches and growing buffers.
 constexpr int kResidualWarmupSteps = 2;
 // A bucket's plain residual counts as stale once this many decode steps at that bucket ran with some request
 // drafting since its last wholly plain step (step 7 of schedule()).
@@ -146,9 +148,9 @@ struct SchedulerState {
   // that loses goodput.
   ResidualWindow plain_residual[kBatchBuckets];
   ResidualWindow draft_residual[kBatchBuckets];  // per drafting request; < 0 where the curve overprices rounds
-  // Steps offered to observe_step, warm-up included: plain ones per batch bucket, drafting ones per batch bucket
-  // and bucket of the drafting count.
-  int plain_observed[kBatchBuckets] = {};
+  // Steps offered to observe_step, warm-up included: plain ones, and drafting ones per batch bucket and bucket of
+  // the drafting count.
+  int plain_observed = 0;
   int draft_observed[kBatchBuckets][kBatchBuckets] = {};
   // Exploration (step 6 of schedule()).
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did

@@ -268,12 +268,15 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
   observe(fresh, 1, 1, 1000.0, 12.0);
   EXPECT_NEAR(draft_residual_ms(fresh, 1), 0.5, 1e-9) << "the median ignores one outlier";
   EXPECT_EQ(speculating(schedule(fresh)), 1);
-  // Each batch bucket's first steps of each kind are warm-up too (buffers grow with the batch): the first rounds at
-  // batch 8, long after batch 1 was measured, teach nothing; the steps after them do.
-  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 8, 0, 1000.0, 10.0), observe(fresh, 8, 8, 1000.0, 12.0);
-  EXPECT_EQ(plain_residual_ms(fresh, 8), 0.0);
-  EXPECT_EQ(draft_residual_ms(fresh, 8), 0.0);
+  // Each batch bucket's first drafting steps are warm-up too (buffers grow with the drafting requests): the first
+  // rounds at batch 8, long after batch 1 was measured, teach nothing; the steps after them do. Plain steps warm up
+  // once per process: a bucket's first plain step (a plain probe, where the policy speculates) is learned.
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 1, 0, 1000.0, 10.0);  // the process's plain warm-up
+  EXPECT_EQ(plain_residual_ms(fresh, 1), 0.0);
   observe(fresh, 8, 0, 10.5, 10.0);
+  EXPECT_NEAR(plain_residual_ms(fresh, 8), 0.5, 1e-9);
+  for (int i = 0; i < kResidualWarmupSteps; ++i) observe(fresh, 8, 8, 1000.0, 12.0);
+  EXPECT_EQ(draft_residual_ms(fresh, 8), 0.0);
   observe(fresh, 8, 8, 12.0 + 0.5 + 8 * 0.25, 12.0);
   EXPECT_NEAR(plain_residual_ms(fresh, 8), 0.5, 1e-9);
   EXPECT_NEAR(draft_residual_ms(fresh, 8), 0.25, 1e-9);
@@ -281,7 +284,7 @@ TEST(Scheduler, MeasuredRoundOverheadBeyondTheCurveSwitchesSpeculationOff) {
   // Buffers grow with the drafting requests too: at batch 8, after steps in which one request drafted, the first
   // steps in which all eight do are warm-up again.
   SchedulerState grown = state_with(8);
-  for (int i = 0; i < kResidualWarmupSteps + 1; ++i) observe(grown, 8, 0, 10.5, 10.0);
+  for (int i = 0; i < kResidualWarmupSteps + 1; ++i) observe(grown, 8, 0, 10.5, 10.0);  // the process's warm-up
   for (int i = 0; i < kResidualWarmupSteps; ++i) observe(grown, 8, 1, 1000.0, 11.0);
   observe(grown, 8, 1, 11.5 + 0.25, 11.0);
   EXPECT_NEAR(draft_residual_ms(grown, 8), 0.25, 1e-9);
