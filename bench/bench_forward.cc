@@ -207,7 +207,7 @@ int bench_forward(int argc, char** argv) {
   }
   const double weight_gb = double(model->weight_bytes()) / 1e9;
   // Each format's own hint, as a command loading it would set it.
-  set_weights_streamed(streamed_for_model(model->weight_bytes(), std::getenv("TREESPARK_WEIGHTS_STREAMED")));
+  set_weights_streamed_for_model(model->weight_bytes());
   std::fprintf(stderr, "weights %s: %.3f GB of packed weights per forward%s\n", model->weight_format().c_str(),
                weight_gb, weights_streamed() ? ", streamed from DRAM (more than the L3)" : "");
   for (Isa isa : isas) {

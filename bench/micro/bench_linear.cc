@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   g_cpu_clock = threads == 1;
   // As a model of that size would set it ($TREESPARK_WEIGHTS_STREAMED overrules, as for the commands).
-  set_weights_streamed(streamed_for_model(mib << 20, std::getenv("TREESPARK_WEIGHTS_STREAMED")));
+  set_weights_streamed_for_model(mib << 20);
   std::printf("threads=%d (%s clock), weights cycled over >= %zu MiB (%s), huge pages %s; M=k: time(M=k)/time(M=1)\n",
               threads, g_cpu_clock ? "thread CPU" : "wall", mib, weights_streamed() ? "streamed" : "cache-resident",
               weight_hugepages_state());

@@ -356,7 +356,7 @@ void configure_for_model(size_t weight_bytes, int threads) {
   constexpr size_t kSmallModelBytes = size_t(48) << 20;
   if (!chosen && active_isa() == Isa::Amx && weight_bytes < kSmallModelBytes)
     g_active_isa.store(int(Isa::Avx512), std::memory_order_relaxed);
-  set_weights_streamed(streamed_for_model(weight_bytes, std::getenv("TREESPARK_WEIGHTS_STREAMED")));
+  set_weights_streamed_for_model(weight_bytes);
 }
 
 bool streamed_for_model(size_t weight_bytes, const char* request) {
@@ -375,5 +375,9 @@ bool streams_from_dram(size_t weight_bytes) {
 bool weights_streamed() { return g_weights_streamed.load(std::memory_order_relaxed); }
 
 void set_weights_streamed(bool streamed) { g_weights_streamed.store(streamed, std::memory_order_relaxed); }
+
+void set_weights_streamed_for_model(size_t weight_bytes) {
+  set_weights_streamed(streamed_for_model(weight_bytes, std::getenv("TREESPARK_WEIGHTS_STREAMED")));
+}
 
 }  // namespace ts

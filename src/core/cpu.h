@@ -94,7 +94,7 @@ int num_threads();
 // cache-resident model costs more on AMX tiles (16-row tiles for 1 row, fixed per-call costs), while a DRAM-bound
 // model's is the same and its multi-token forwards are much cheaper (docs/architecture.md, "Kernels and weights";
 // docs/results/optimization-notes.md, "Small models: avx512 instead of amx").
-// It also sets weights_streamed() to streamed_for_model(weight_bytes, $TREESPARK_WEIGHTS_STREAMED).
+// It also sets weights_streamed() (set_weights_streamed_for_model).
 void configure_for_model(size_t weight_bytes, int threads);
 
 // Whether a model's weight_bytes stream from DRAM on every forward: more than the L3 holds (48 MiB where its size is
@@ -109,5 +109,8 @@ bool streamed_for_model(size_t weight_bytes, const char* request);
 // bits. configure_for_model sets it; tests and benchmarks may too.
 bool weights_streamed();
 void set_weights_streamed(bool streamed);
+// set_weights_streamed(streamed_for_model(weight_bytes, $TREESPARK_WEIGHTS_STREAMED)): as a model of that size sets
+// it (configure_for_model, the benchmarks).
+void set_weights_streamed_for_model(size_t weight_bytes);
 
 }  // namespace ts

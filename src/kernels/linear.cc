@@ -57,6 +57,7 @@ struct Linear::Impl {
   bool quantized = false;
   QuantType quant = QuantType::Q8_0;  // when quantized
   std::vector<Linear> parts;  // stacked(): the quantized parts, in output order (packed is then empty)
+  std::vector<cpu::QgemmPart> qgemm_parts;  // stacked(): the parts as qgemm_stacked reads them
   std::string stacked_name;   // stacked(): the parts' formats, "+"-joined
 };
 
@@ -130,6 +131,8 @@ Linear Linear::stacked(std::vector<Linear> parts) {
     if (m.stacked_name.find(f) == std::string::npos) m.stacked_name += (m.stacked_name.empty() ? "" : "+") + f;
   }
   m.parts = std::move(parts);
+  for (const Linear& p : m.parts)  // the parts' packed weights stay where they are: their Impls only moved
+    m.qgemm_parts.push_back({p.impl_->quant, static_cast<const uint8_t*>(p.impl_->packed.get()), p.out_features()});
   return l;
 }
 
@@ -198,12 +201,8 @@ void Linear::forward(const float* x, int rows, float* y) const {
 void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const {
   const Impl& m = *impl_;
   TS_CHECK(acts.rows == rows, "Linear::forward_parts: ", acts.rows, " quantized rows for ", rows);
-  thread_local std::vector<cpu::QgemmPart> parts;
   thread_local std::vector<std::vector<float>> part_y;  // [parts][rows, a part's out_features]
-  parts.clear();
-  for (const Linear& p : m.parts)
-    parts.push_back({p.impl_->quant, static_cast<const uint8_t*>(p.impl_->packed.get()), p.impl_->out_features});
-  cpu::qgemm_stacked(cpu::active_kernels().qgemm->kernel, parts, acts, y, m.in_features, part_y);
+  cpu::qgemm_stacked(cpu::active_kernels().qgemm->kernel, m.qgemm_parts, acts, y, m.in_features, part_y);
 }
 
 int Linear::out_features() const { return impl_->out_features; }

@@ -185,34 +185,30 @@ void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t*
 void qgemm_stacked(QgemmKernel k, const std::vector<QgemmPart>& parts, const QuantizedRows& acts, float* y,
                    int in_features, std::vector<std::vector<float>>& part_y) {
   const int rows = acts.rows;
-  std::vector<int> first_group;  // [parts + 1]: part p's groups are [first_group[p], first_group[p + 1])
-  std::vector<int> first_column;  // [parts]: part p's outputs start at this column of y
   int groups = 0, columns = 0;
   part_y.resize(parts.size());
   for (size_t p = 0; p < parts.size(); ++p) {
     TS_CHECK(qgemm_supports(parts[p].type), "qgemm_stacked: ", quant_type_name(parts[p].type), " is not supported");
-    first_group.push_back(groups);
-    first_column.push_back(columns);
     groups += qgemm_groups(parts[p].out_features);
     columns += parts[p].out_features;
     part_y[p].resize(size_t(rows) * parts[p].out_features);
   }
-  first_group.push_back(groups);
   const QgemmTable& table = qgemm_table(k);
-  const bool worth = gemm_worth_threads(rows, columns, in_features, 1);
-  parallel_ranges(groups, worth, [&](int64_t begin, int64_t end) {
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const int g0 = std::max<int>(int(begin), first_group[p]) - first_group[p];
-      const int g1 = std::min<int>(int(end), first_group[p + 1]) - first_group[p];
-      if (g0 >= g1) continue;
+  parallel_ranges(groups, gemm_worth_threads(rows, columns, in_features, 1), [&](int64_t begin, int64_t end) {
+    int first_group = 0, first_column = 0;  // part p's groups and output columns start here
+    for (size_t p = 0; p < parts.size(); first_group += qgemm_groups(parts[p].out_features),
+                first_column += parts[p].out_features, ++p) {
       const QgemmPart& part = parts[p];
+      const int g0 = int(std::max<int64_t>(begin - first_group, 0));
+      const int g1 = int(std::min<int64_t>(end - first_group, qgemm_groups(part.out_features)));
+      if (g0 >= g1) continue;
       const QgemmGroupsFn fn = qgemm_is_k(part.type) ? table.groups_k : table.groups;
       fn(part.type, acts, part.packed, part_y[p].data(), part.out_features, in_features, g0, g1);
       // This range's columns of the part into y (each thread copies the groups it computed).
       const int c0 = g0 * kQGroup, c1 = std::min(part.out_features, g1 * kQGroup);
       for (int r = 0; r < rows; ++r)
-        std::memcpy(y + size_t(r) * columns + first_column[p] + c0,
-                    part_y[p].data() + size_t(r) * part.out_features + c0, sizeof(float) * size_t(c1 - c0));
+        std::memcpy(y + size_t(r) * columns + first_column + c0, part_y[p].data() + size_t(r) * part.out_features + c0,
+                    sizeof(float) * size_t(c1 - c0));
     }
   });
 }
