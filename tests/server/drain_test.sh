@@ -7,10 +7,8 @@
 # Usage: drain_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/serve_test_lib.sh" "$@"
-port=$(free_port)
-"$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
-  --fixed-theta --threads 1 --max-batch 2 --max-context 1024 2> "$work/serve.log" &
-pid=$!
+start_serve "$work/serve.log" --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" \
+  --fixed-theta --threads 1 --max-batch 2 --max-context 1024
 "$py" - "$port" "$pid" "$bin" "$src" <<'PY'
 import http.client, json, os, signal, subprocess, sys, threading, time
 port, pid, bin, src = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -89,9 +87,8 @@ pid=
 cat "$work/serve.log" >&2
 [ "$rc" -eq 0 ] || { echo "serve exited $rc after SIGTERM" >&2; exit 1; }
 
-"$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
-  --mode none --threads 1 --max-batch 2 --max-context 1024 --drain-timeout 0.5 2> "$work/serve2.log" &
-pid=$!
+start_serve "$work/serve2.log" --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" \
+  --mode none --threads 1 --max-batch 2 --max-context 1024 --drain-timeout 0.5
 "$py" - "$port" "$pid" <<'PY'
 import http.client, json, os, signal, socket, sys, threading, time
 port, pid = int(sys.argv[1]), int(sys.argv[2])

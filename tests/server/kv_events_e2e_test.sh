@@ -17,7 +17,6 @@
 # Usage: kv_events_e2e_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/serve_test_lib.sh" "$@"
-port=$(free_port)
 zport=$(free_port)
 topic=kv@test@treespark
 # KV bytes per token row: the target's K and V (20 layers x 4 heads x 64 x bf16 x 2 = 20480) plus the drafter's
@@ -25,10 +24,9 @@ topic=kv@test@treespark
 # + 34 tree rows + 8 drafter rows) reserves ~250 of them, so the cache keeps ~21 blocks beside a running request
 # while each request leaves ~12: it must evict by the third request.
 budget_mb=12
-"$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
+start_serve "$work/serve.log" --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" \
   --kv-events "tcp://127.0.0.1:$zport" --kv-events-topic "$topic" --fixed-theta --threads 1 --max-batch 2 \
-  --max-context 1024 --kv-budget-mb "$budget_mb" 2> "$work/serve.log" &
-pid=$!
+  --max-context 1024 --kv-budget-mb "$budget_mb"
 status=0
 "$py" - "$port" "$zport" "$topic" "$bin" "$src" <<'PY' || status=$?
 import http.client, json, struct, subprocess, sys, time

@@ -8,12 +8,10 @@
 # Usage: seeded_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/serve_test_lib.sh" "$@"
-port=$(free_port)
 for start in 1 2; do
-  "$bin" serve --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" --port "$port" \
-    --threads 1 --max-batch 2 --max-context 1024 --cost-curve "$src/tests/data/server/cost_curve.json" \
-    --deterministic-trees 2> "$work/serve$start.log" &
-  pid=$!
+  start_serve "$work/serve$start.log" --model "$src/models/treespark-target" \
+    --drafter "$src/models/treespark-drafter" --threads 1 --max-batch 2 --max-context 1024 \
+    --cost-curve "$src/tests/data/server/cost_curve.json" --deterministic-trees
   "$py" - "$port" "$work/start$start.json" "$bin" "$src" <<'PY'
 import http.client, json, subprocess, sys, time
 port, out = int(sys.argv[1]), sys.argv[2]
