@@ -397,9 +397,11 @@ void Engine::finish_all(std::deque<Item>& items, StepReport& report, std::vector
       st.expand_ms += it.expand_ms;
       st.verify_ms += report.forward_ms + own_ms;
       report.decisions.push_back({live.id, true, it.decode.theta, it.tree_nodes(),
-                                  outcome.speculated ? outcome.tokens_emitted - 1 : 0});
+                                  outcome.speculated ? outcome.tokens_emitted - 1 : 0, it.decode.priced_tokens,
+                                  it.decode.priced_rows});
     } else {
-      report.decisions.push_back({live.id, false, it.decode.theta, 0, 0});
+      report.decisions.push_back({live.id, false, it.decode.theta, 0, 0, it.decode.priced_tokens,
+                                  it.decode.priced_rows});
     }
     if (live.done()) outcome.finished = true;
   }

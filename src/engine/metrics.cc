@@ -1,6 +1,7 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -68,9 +69,13 @@ std::string describe_policy_step(const StepReport& r) {
                          r.backlog_rows > 0 ? cat(" (drafter backlog ", r.backlog_rows, " rows ", r.backlog_ms, " ms)")
                                             : std::string(),
                          ";");
-  for (const RoundDecision& d : r.decisions)
-    line += d.speculate ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, "]")
-                        : cat(" [", d.id, " plain]");
+  for (const RoundDecision& d : r.decisions) {
+    const std::string priced =
+        d.priced_rows > 0 ? cat(" E ", std::round(d.priced_tokens * 100) / 100, " k ", d.priced_rows) : std::string();
+    line += d.speculate
+                ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, priced, "]")
+                : cat(" [", d.id, " plain", priced, "]");
+  }
   return line;
 }
 

@@ -39,6 +39,10 @@ struct RoundDecision {
   double theta = 0;         // threshold of the tree's first node: max(theta floor, adaptive price at this batch)
   int tree_size = 0;        // draft nodes grown (root excluded), 0 when not speculating
   int accepted = 0;         // draft tokens accepted
+  // The adaptive policy's price inputs for this request (scheduler DecodeWork): expected tokens per round and rows
+  // verified; 0 when the policy did not price it.
+  double priced_tokens = 0;
+  int priced_rows = 0;
 };
 
 struct StepReport {
@@ -63,7 +67,8 @@ struct StepReport {
 };
 
 // One line of what the policy decided in a decode step and what the step cost, for the debug logs of `serve` and
-// `generate` ("treespark policy: step 12 batch 1 predicted 1.4 ms actual 1.5 ms; [3 theta 0.17 nodes 2 acc 1]";
+// `generate` ("treespark policy: step 12 batch 1 predicted 1.4 ms actual 1.5 ms; [3 theta 0.17 nodes 2 acc 1 E 2.4
+// k 3] [4 plain E 1.9 k 3]", E and k the price inputs of an adaptive request;
 // no prediction for a step the load-adaptive policy did not price, e.g. generate's fixed pricing); "" for a step
 // without decoding requests.
 std::string describe_policy_step(const StepReport& r);

@@ -178,6 +178,8 @@ std::vector<Candidate> plan_decode(const SchedulerState& state, Plan& plan, Spec
           state.class_tokens_per_round[cls] > 0 ? state.class_tokens_per_round[cls] : c.prior_tokens_per_round[cls];
       tokens = std::max({tokens, class_tokens, c.prior_tokens_per_round[cls]});
     }
+    w.priced_tokens = tokens;
+    w.priced_rows = k;
     candidates.push_back({i, k - 1, tokens - 1});
   }
   return candidates;

@@ -194,6 +194,10 @@ struct DecodeWork {
   int pricing_batch = 1;    // the batch the adaptive theta prices nodes at (the live batch b)
   bool adaptive = false;    // expansion prices nodes with the engine's cost model at pricing_batch
   double theta = 0;         // the first node's threshold (logged; expansion recomputes it per node)
+  // What the adaptive policy priced this request's round at (logged): expected tokens emitted (E) and rows
+  // verified (k, anchor included); 0 when it was not priced (not adaptive, or no room to speculate).
+  double priced_tokens = 0;
+  int priced_rows = 0;
 };
 
 struct Plan {

@@ -646,6 +646,28 @@ TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
   EXPECT_EQ(st.seqs[0].context_len, 4 + 50 * 3);
 }
 
+// The plan says what an adaptive request was priced at (the debug line prints it): its own averages once measured,
+// the prior before, the optimistic probe price once it went probe_interval plain steps without a round; a request
+// outside the policy is not priced.
+TEST(Scheduler, ThePlanRecordsWhatEachAdaptiveRequestWasPricedAt) {
+  const CostModel curve = serving_curve();
+  SchedulerState st = adaptive_decoding(3, 8, curve, 1.5, 3.2);
+  st.seqs[1].tokens_per_round = st.seqs[1].nodes_per_round = 0;  // not measured yet
+  st.seqs[2].steps_since_round = st.config.probe_interval;        // due a probe
+  st.seqs.push_back(st.seqs[0]);
+  st.seqs.back().id = 4;
+  st.seqs.back().adaptive = false;
+  const Plan p = schedule(st);
+  ASSERT_EQ(p.decode.size(), 4u);
+  EXPECT_DOUBLE_EQ(p.decode[0].priced_tokens, 1.5);
+  EXPECT_EQ(p.decode[0].priced_rows, 4) << "1 + nodes rounded";
+  EXPECT_DOUBLE_EQ(p.decode[1].priced_tokens, st.config.prior_tokens_per_round[0]);
+  EXPECT_EQ(p.decode[1].priced_rows, 1 + std::min(st.seqs[1].node_cap, st.config.block_size / 2));
+  EXPECT_DOUBLE_EQ(p.decode[2].priced_tokens, st.config.prior_tokens_per_round[0]) << "optimistic when due a probe";
+  EXPECT_EQ(p.decode[3].priced_rows, 0);
+  EXPECT_EQ(p.decode[3].priced_tokens, 0);
+}
+
 TEST(CostModelPolicy, DrafterCostPerBatchIsInterpolatedAndPriced) {
   CostModel c = serving_curve();
   EXPECT_DOUBLE_EQ(c.fixed_cost_ms(1), 1.0);
