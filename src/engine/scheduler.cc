@@ -315,23 +315,32 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     const int plain_steps_before = s->steps_since_round;  // decode steps since the request's previous round
     if (o.committed > 0) s->steps_since_round = o.speculated ? 0 : s->steps_since_round + 1;
     if (o.speculated) {
-      // Averages start from the prior, so one unlucky first round cannot switch a request (or a class) off.
+      // Averages start from a prior counted as prior_rounds rounds: the first measured rounds replace it within a
+      // few rounds, and one unlucky first round moves it by a third, not all the way.
       const int cls = s->temperature > 0 ? 1 : 0;
-      const double prior_tokens = state.config.prior_tokens_per_round[cls];
-      const double prior_nodes = std::max(1, std::min(s->node_cap, state.config.block_size / 2));
+      const SchedulerConfig& c = state.config;
+      const double prior_tokens = c.prior_tokens_per_round[cls];
+      const double prior_nodes = std::max(1, std::min(s->node_cap, c.block_size / 2));
       auto ema = [](double weight, double old, double prior, double now) {
         return (1 - weight) * (old > 0 ? old : prior) + weight * now;
       };
-      const double wc = state.config.class_ema_weight;
+      // A request's prior is what it was priced with before its first round: its class's averages, else the
+      // config's (taken before this round joins the class).
+      const double request_prior_tokens =
+          state.class_tokens_per_round[cls] > 0 ? state.class_tokens_per_round[cls] : prior_tokens;
+      const double request_prior_nodes =
+          state.class_nodes_per_round[cls] > 0 ? state.class_nodes_per_round[cls] : prior_nodes;
+      const double class_n = double(++state.class_rounds[cls]);
+      const double wc = std::max(c.class_ema_weight, 1 / (c.prior_rounds + class_n));
       state.class_tokens_per_round[cls] = ema(wc, state.class_tokens_per_round[cls], prior_tokens, o.tokens_emitted);
       state.class_nodes_per_round[cls] = ema(wc, state.class_nodes_per_round[cls], prior_nodes, o.tree_nodes);
       // A measured average ages with the plain steps it went unrefreshed, as if each had been a round: a request
       // kept plain after a few poor rounds is re-priced mostly by its next (probe) round, not ~10% of it, so
-      // speculation comes back within a probe interval where acceptance recovered. An unmeasured one starts from
-      // the prior at the plain weight (one unlucky first round cannot switch it off).
-      const double wr = s->tokens_per_round > 0 ? 1 - std::pow(1 - w, 1 + plain_steps_before) : w;
-      s->tokens_per_round = ema(wr, s->tokens_per_round, prior_tokens, o.tokens_emitted);
-      s->nodes_per_round = ema(wr, s->nodes_per_round, prior_nodes, o.tree_nodes);
+      // speculation comes back within a probe interval where acceptance recovered.
+      const double aged = s->tokens_per_round > 0 ? 1 - std::pow(1 - w, 1 + plain_steps_before) : w;
+      const double wr = std::max(aged, 1 / (c.prior_rounds + double(++s->rounds)));
+      s->tokens_per_round = ema(wr, s->tokens_per_round, request_prior_tokens, o.tokens_emitted);
+      s->nodes_per_round = ema(wr, s->nodes_per_round, request_prior_nodes, o.tree_nodes);
     }
     if (o.finished) gone.push_back(o.id);
   }

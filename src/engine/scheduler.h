@@ -20,8 +20,12 @@
 //      is priced, so speculation switches off (for some or all) exactly where it would cost goodput. E and k are
 //      the request's measured tokens per round and tree size + 1 (before a measurement: the averages of its
 //      temperature class, else E from the config's prior and k = 1 + min(node_cap, block_size / 2)). The
-//      averages are moving averages whose newest round weighs 1 - (1 - ema_weight)^(1 + plain steps since the
-//      request's previous round): an estimate ages with the steps it went unrefreshed. A request
+//      averages start from that prior counted as prior_rounds rounds: the newest of n measured rounds weighs
+//      max(1 / (prior_rounds + n), the moving average's weight), so a few rounds replace a prior (trees at a busy
+//      batch's price have 2-3 nodes, not the prior's 4) while one unlucky round moves it by a third. The moving
+//      average's weight is 1 - (1 - ema_weight)^(1 + plain steps since the request's previous round): an estimate
+//      ages with the steps it went unrefreshed. A class's averages weigh their newest round
+//      max(1 / (prior_rounds + n), class_ema_weight). A request
 //      kept off is re-priced optimistically (its class's E or the prior, whichever is larger) every
 //      probe_interval plain steps, so a stale pessimistic measurement cannot keep it off for good. The averages
 //      start from the prior.
@@ -83,6 +87,7 @@ struct SeqView {
   // Measured while speculating (exponential moving averages over rounds); 0 = not measured yet.
   double tokens_per_round = 0;  // tokens emitted per round (accepted + bonus)
   double nodes_per_round = 0;   // draft nodes per round
+  int rounds = 0;               // speculative rounds measured
   int steps_since_round = 0;    // decode steps since its last speculative round (policy probes, see schedule())
 };
 
@@ -96,6 +101,9 @@ struct SchedulerConfig {
   double prior_tokens_per_round[2] = {2.5, 2.0};
   double ema_weight = 0.1;       // weight of the newest round in a request's moving averages
   double class_ema_weight = 0.02;  // the same over all requests of a temperature class (the prior of new ones)
+  // Rounds a prior counts as (a new request's: its class's averages; a class's: the config's prior), so the
+  // first measured rounds weigh 1 / (prior_rounds + n) until that falls to the moving averages' weights.
+  double prior_rounds = 2;
   // A request the policy keeps from speculating gets one probe round after this many plain decode steps, so its
   // tokens per round stay measured and speculation comes back when it pays again (0 = never probe).
   int probe_interval = 8;
@@ -141,6 +149,7 @@ struct SchedulerState {
   // A request not measured yet starts from these (then from the config's prior).
   double class_tokens_per_round[2] = {0, 0};
   double class_nodes_per_round[2] = {0, 0};
+  int64_t class_rounds[2] = {0, 0};  // rounds measured per class
   // What the cost model leaves out, measured from the engine's own decode-only steps (observe_step), per batch
   // bucket: the ms every decode step takes beyond the modelled forward, and per drafting request the ms a round
   // takes beyond its modelled forward and F(n) (tree growth, verification, drafter context, bookkeeping). The

@@ -630,7 +630,8 @@ TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
   s.phase = Phase::Decode;
   s.prefilled = s.context_len = 4;
   st.seqs.push_back(s);
-  for (int i = 0; i < 50; ++i) {
+  ASSERT_EQ(st.config.prior_rounds, 2);
+  for (int n = 1; n <= 50; ++n) {
     Plan p = schedule(st);
     SeqOutcome o;
     o.id = 1;
@@ -639,11 +640,48 @@ TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
     o.committed = 3;
     o.tree_nodes = 10;
     update(st, p, {o});
+    if (n <= 8) {
+      // The prior (2.5 tokens, 4 nodes) counts as two rounds: the average is the mean over them and the rounds.
+      EXPECT_NEAR(st.seqs[0].tokens_per_round, (2 * 2.5 + n * 3.0) / (2 + n), 1e-9) << n;
+      EXPECT_NEAR(st.seqs[0].nodes_per_round, (2 * 4.0 + n * 10.0) / (2 + n), 1e-9) << n;
+    }
   }
-  // Starting from the prior (2.5 tokens, 4 nodes), 50 rounds at weight 0.1 leave 0.9^50 of the prior's offset.
-  EXPECT_NEAR(st.seqs[0].tokens_per_round, 3.0 - 0.5 * std::pow(0.9, 50), 1e-9);
-  EXPECT_NEAR(st.seqs[0].nodes_per_round, 10.0 - 6.0 * std::pow(0.9, 50), 1e-9);
+  // From the 9th round on, 1 / (2 + n) < ema_weight: each round weighs 0.1.
+  EXPECT_NEAR(st.seqs[0].tokens_per_round, 3.0 - 0.5 * 2 / 10 * std::pow(0.9, 42), 1e-9);
+  EXPECT_NEAR(st.seqs[0].nodes_per_round, 10.0 - 6.0 * 2 / 10 * std::pow(0.9, 42), 1e-9);
+  // The class's averages: a pseudo-count mean until 1 / (2 + n) < class_ema_weight (0.02), from the 49th round.
+  EXPECT_NEAR(st.class_tokens_per_round[0], 3.0 - 0.5 * 2 / 50 * std::pow(0.98, 2), 1e-9);
+  EXPECT_EQ(st.class_rounds[0], 50);
+  EXPECT_EQ(st.seqs[0].rounds, 50);
   EXPECT_EQ(st.seqs[0].context_len, 4 + 50 * 3);
+}
+
+// A new request starts from its class's averages: where the class's trees have 2 nodes (a busy batch's price),
+// it is not priced as if it would grow the prior's 4, and its own first round moves its price by a third.
+TEST(Scheduler, ANewRequestStartsFromItsClassAndItsFirstRoundsWeighMore) {
+  const CostModel curve = serving_curve();
+  SchedulerState st = make_state(2, 64, 100000);
+  st.config.cost = &curve;
+  for (RequestId id : {1, 2}) {
+    SeqView s = seq(id, 4, 100);
+    s.adaptive = true;
+    s.phase = Phase::Decode;
+    s.prefilled = s.context_len = 4;
+    st.seqs.push_back(s);
+  }
+  st.class_tokens_per_round[0] = 2.0;
+  st.class_nodes_per_round[0] = 2.0;
+  st.class_rounds[0] = 100;
+  const Plan p = schedule(st);
+  EXPECT_EQ(p.decode[1].priced_rows, 3) << "priced with the class's 2 nodes";
+  SeqOutcome round{1, 0, 3, true, 3, 2, false};  // 3 tokens from 2 nodes
+  SeqOutcome plain{2, 0, 1, false, 1, 0, false};
+  update(st, p, {round, plain});
+  EXPECT_NEAR(st.seqs[0].tokens_per_round, (2 * 2.0 + 3) / 3, 1e-9) << "the class prior counts as two rounds";
+  EXPECT_NEAR(st.seqs[0].nodes_per_round, 2.0, 1e-9);
+  EXPECT_EQ(st.seqs[1].rounds, 0);
+  EXPECT_EQ(st.seqs[1].tokens_per_round, 0) << "not measured: priced from the class";
+  EXPECT_NEAR(st.class_tokens_per_round[0], 0.98 * 2.0 + 0.02 * 3, 1e-9);
 }
 
 // The plan says what an adaptive request was priced at (the debug line prints it): its own averages once measured,
