@@ -204,6 +204,7 @@ RequestId Engine::add(Request request, EventCallback on_event, RequestId id) {
   v.temperature = o.sampling.temperature;
   v.theta_floor = o.tree.theta;
   v.node_cap = o.mode == DecodeMode::Chain ? o.tree.draft_len : o.tree.node_cap;
+  v.tokens_left = o.max_new_tokens;
   sched_.seqs.push_back(v);
   live->request = std::move(request);
   live_[id] = std::move(live);
@@ -536,6 +537,7 @@ StepReport Engine::step() {
     Live& live = *live_.at(o.id);
     deliver(live);  // a throwing callback may fail the request here
     if (live.done()) o.finished = true;
+    o.tokens_left = std::max(0, live.request.options.max_new_tokens - int(live.generated.size()));
   }
   sched::update(sched_, plan, outcomes);
   for (RequestId id : plan.evict) {

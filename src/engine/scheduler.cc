@@ -52,8 +52,10 @@ int current_probe_interval(const SchedulerState& st) {
 }
 
 bool can_speculate(const SchedulerConfig& c, const SeqView& s) {
-  // A round needs room for a whole block after the anchor (the anchor sits at position context_len).
-  return s.mode != DecodeMode::None && c.block_size > 0 && s.context_len + c.block_size + 1 <= s.max_context;
+  // A round needs room for a whole block after the anchor (the anchor sits at position context_len), and a second
+  // token to emit: with one left, the round's bonus token is all it could keep.
+  return s.mode != DecodeMode::None && c.block_size > 0 && s.context_len + c.block_size + 1 <= s.max_context &&
+         s.tokens_left >= 2;
 }
 
 // The round's tokens per sequence the request is expected to verify (anchor included) and emit.
@@ -66,6 +68,7 @@ void expectations(const SchedulerState& st, const SeqView& s, int* k, double* to
   *tokens = s.tokens_per_round > 0                ? s.tokens_per_round
             : st.class_tokens_per_round[cls] > 0 ? st.class_tokens_per_round[cls]
                                                   : c.prior_tokens_per_round[cls];
+  *tokens = std::min(*tokens, double(s.tokens_left));  // a round emits no more than the request may still emit
 }
 
 }  // namespace
@@ -176,7 +179,7 @@ std::vector<Candidate> plan_decode(const SchedulerState& state, Plan& plan, Spec
       const int cls = s.temperature > 0 ? 1 : 0;
       const double class_tokens =
           state.class_tokens_per_round[cls] > 0 ? state.class_tokens_per_round[cls] : c.prior_tokens_per_round[cls];
-      tokens = std::max({tokens, class_tokens, c.prior_tokens_per_round[cls]});
+      tokens = std::min(std::max({tokens, class_tokens, c.prior_tokens_per_round[cls]}), double(s.tokens_left));
     }
     w.priced_tokens = tokens;
     w.priced_rows = k;
@@ -312,6 +315,7 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
       if (s->prefilled == s->prompt_len) s->phase = Phase::Decode;
     }
     s->context_len += o.committed;
+    if (o.tokens_left >= 0) s->tokens_left = o.tokens_left;
     const int plain_steps_before = s->steps_since_round;  // decode steps since the request's previous round
     if (o.committed > 0) s->steps_since_round = o.speculated ? 0 : s->steps_since_round + 1;
     if (o.speculated) {

@@ -57,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "engine/request.h"
@@ -89,6 +90,9 @@ struct SeqView {
   double nodes_per_round = 0;   // draft nodes per round
   int rounds = 0;               // speculative rounds measured
   int steps_since_round = 0;    // decode steps since its last speculative round (policy probes, see schedule())
+  // Tokens it may still emit (max_new_tokens less those emitted): a round emits at most this many, so E is priced
+  // at most this, and a request with one left decodes plainly (its tree could only be discarded).
+  int tokens_left = std::numeric_limits<int>::max();
 };
 
 struct SchedulerConfig {
@@ -234,6 +238,7 @@ struct SeqOutcome {
   int tokens_emitted = 0;   // tokens made final this step
   int tree_nodes = 0;       // draft nodes of this step's tree (root excluded)
   bool finished = false;    // stop, length, error: the request leaves and its reservation is freed
+  int tokens_left = -1;     // tokens it may still emit after this step (SeqView::tokens_left); -1: unchanged
 };
 
 // Applies the plan and its outcomes: admitted requests become Prefill, finished prefills Decode, evicted and finished

@@ -216,6 +216,42 @@ TEST(Engine, TheDrafterBacklogIsReportedApartFromTheRound) {
   EXPECT_EQ(got.ids, greedy_reference(*pair.target, r.prompt, 60));
 }
 
+// A round drafts no deeper than the request may still emit, and a request with one token left decodes plainly:
+// nodes past the end could only be discarded. Every request still gets the target's greedy tokens.
+TEST(Engine, RoundsDraftNoDeeperThanTheTokensLeft) {
+  Pair pair = make_pair(/*vocab=*/20, /*hidden=*/32, /*layers=*/2, /*block=*/7, DType::BF16, 12);
+  for (int max_new : {2, 3, 4, 9}) {
+    Engine engine(*pair.target, pair.drafter.get(), EngineConfig{});
+    Collected got;
+    Request r;
+    r.prompt = prompt_of(1, 20);
+    r.options.max_new_tokens = max_new;
+    r.options.mode = DecodeMode::Tree;
+    r.options.tree.theta = 0;  // grow to the node cap: as deep as allowed
+    r.options.tree.node_cap = 16;
+    r.options.tree.branch_cap = 2;
+    engine.add(r, collect(&got));
+    int generated = 1;  // the prefill's token
+    while (!engine.idle()) {
+      const StepReport rep = engine.step();
+      ASSERT_LT(rep.step, 100);
+      if (rep.decisions.empty() || rep.prefill_tokens > 0) continue;
+      const int left = max_new - generated;
+      const RoundDecision& d = rep.decisions[0];
+      EXPECT_EQ(d.speculate, left >= 2) << "max_new " << max_new << ", " << left << " left";
+      if (d.speculate && left <= 4) {
+        // A node at depth d is token generated + d, so depth <= left - 1: with two children per node at most
+        // 2 + 4 + ... + 2^(left - 1) nodes, where theta 0 would otherwise grow all 16.
+        EXPECT_GT(d.tree_size, 0);
+        EXPECT_LE(d.tree_size, (1 << left) - 2) << "max_new " << max_new << ", " << left << " left";
+      }
+      generated += d.speculate ? d.accepted + 1 : 1;
+    }
+    EXPECT_EQ(got.ids, greedy_reference(*pair.target, r.prompt, max_new)) << max_new;
+    if (max_new == 2) EXPECT_EQ(got.stats.rounds, 0) << "one token left after the prefill's: no round";
+  }
+}
+
 TEST(Engine, SampledRequestsSharingABatchKeepTheTargetDistribution) {
   Pair pair = make_pair(/*vocab=*/8, /*hidden=*/32, /*layers=*/1, /*block=*/4, DType::F32, 78);
   const std::vector<int32_t> prompt_a = {1, 5, 2}, prompt_b = {3, 3, 6, 0};

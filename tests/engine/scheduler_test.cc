@@ -684,6 +684,34 @@ TEST(Scheduler, ANewRequestStartsFromItsClassAndItsFirstRoundsWeighMore) {
   EXPECT_NEAR(st.class_tokens_per_round[0], 0.98 * 2.0 + 0.02 * 3, 1e-9);
 }
 
+// A round emits at most the tokens a request may still emit: its price counts no more, and with one left it
+// decodes plainly (the bonus token is all a round could keep), even where speculation pays.
+TEST(Scheduler, TheTokensLeftCapARoundsPriceAndOneLeftDecodesPlainly) {
+  CostModel curve;
+  curve.batches = {1, 8};
+  curve.tokens = {1, 2, 4, 8, 16};
+  curve.ms = {10, 10, 10.5, 11, 12, 10, 11, 12, 14, 18};  // memory-bound: speculation pays
+  curve.fixed_ms_by_batch = {0.5, 1.0};
+  curve.validate();
+  SchedulerState st = adaptive_decoding(3, 8, curve, 3.5, 3);
+  st.seqs[1].tokens_left = 2;
+  st.seqs[2].tokens_left = 1;
+  const Plan p = schedule(st);
+  ASSERT_EQ(p.decode.size(), 3u);
+  EXPECT_TRUE(p.decode[0].speculate);
+  EXPECT_DOUBLE_EQ(p.decode[0].priced_tokens, 3.5);
+  EXPECT_DOUBLE_EQ(p.decode[1].priced_tokens, 2.0) << "two left: a round emits at most two";
+  EXPECT_FALSE(p.decode[2].speculate) << "one left";
+  EXPECT_EQ(p.decode[2].priced_rows, 0) << "not a candidate";
+  // The engine reports what is left after each step.
+  Plan q = schedule(st);
+  std::vector<SeqOutcome> out(3);
+  for (int i = 0; i < 3; ++i) out[i].id = st.seqs[i].id, out[i].committed = 1, out[i].tokens_left = 5 - i;
+  update(st, q, out);
+  EXPECT_EQ(st.seqs[0].tokens_left, 5);
+  EXPECT_EQ(st.seqs[2].tokens_left, 3);
+}
+
 // The plan says what an adaptive request was priced at (the debug line prints it): its own averages once measured,
 // the prior before, the optimistic probe price once it went probe_interval plain steps without a round; a request
 // outside the policy is not priced.
