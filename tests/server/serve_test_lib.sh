@@ -7,7 +7,17 @@ src=$2
 py=/usr/bin/python3
 work=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
+# On failure the server's state and the end of its log go to stderr (a test whose server misbehaved says how).
+serve_log=
+cleanup() {
+  local rc=$?
+  if [ "$rc" -ne 0 ] && [ -n "$pid" ]; then
+    if kill -0 "$pid" 2>/dev/null; then echo "serve (pid $pid) still running" >&2; else echo "serve (pid $pid) had exited" >&2; fi
+    [ -n "$serve_log" ] && [ -f "$serve_log" ] && { echo "--- end of $serve_log:" >&2; tail -n 40 "$serve_log" >&2; }
+  fi
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  rm -rf "$work"
+}
 trap cleanup EXIT
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Starts `$bin serve --port 0 ARGS...` in the background (log in LOG) and waits for the port it bound, which it prints
@@ -16,6 +26,7 @@ free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 start_serve() {
   local log=$1
   shift
+  serve_log=$log
   "$bin" serve --port 0 "$@" 2> "$log" &
   pid=$!
   port=
