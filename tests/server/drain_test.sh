@@ -67,8 +67,8 @@ for _ in range(40):
     except ConnectionRefusedError:
         statuses.append("refused")
         break
-    except ConnectionResetError:  # connected as the drain began: idle connections are closed then
-        statuses.append("reset")
+    except (ConnectionResetError, BrokenPipeError):  # connected as the drain began: idle connections are
+        statuses.append("reset")                     # closed then (a reset, or a pipe broken while sending)
     time.sleep(0.01)
 rest = first + r.read()
 t_done = time.time()
