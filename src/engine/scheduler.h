@@ -25,10 +25,10 @@
 //      batch's price have 2-3 nodes, not the prior's 4) while one unlucky round moves it by a third. The moving
 //      average's weight is 1 - (1 - ema_weight)^(1 + plain steps since the request's previous round): an estimate
 //      ages with the steps it went unrefreshed. A class's averages weigh their newest round
-//      max(1 / (prior_rounds + n), class_ema_weight). A request
-//      kept off is re-priced optimistically (its class's E or the prior, whichever is larger) every
-//      probe_interval plain steps, so a stale pessimistic measurement cannot keep it off for good. The averages
-//      start from the prior.
+//      max(1 / (prior_rounds + n), class_ema_weight). E is capped by the tokens the request may still emit, and
+//      a request with one left is not a candidate. A request kept off is re-priced optimistically (its class's E
+//      or the prior, whichever is larger) every probe_interval plain steps, so a stale pessimistic measurement
+//      cannot keep it off for good.
 //   6. explores: every price is learned, and a price learned wrong must not keep speculation off for good. When
 //      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
 //      efficient candidate speculates whatever the price says, and its round is measured like any other. The
