@@ -17,7 +17,6 @@
 # Usage: kv_events_e2e_test.sh TREESPARK_BINARY SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/serve_test_lib.sh" "$@"
-zport=$(free_port)
 topic=kv@test@treespark
 # KV bytes per token row: the target's K and V (20 layers x 4 heads x 64 x bf16 x 2 = 20480) plus the drafter's
 # context row (1024): 21504. 12 MiB is 585 rows (num_gpu_blocks 36): a request below (~190-token prompt + 16 tokens
@@ -25,8 +24,12 @@ topic=kv@test@treespark
 # while each request leaves ~12: it must evict by the third request.
 budget_mb=12
 start_serve "$work/serve.log" --model "$src/models/treespark-target" --drafter "$src/models/treespark-drafter" \
-  --kv-events "tcp://127.0.0.1:$zport" --kv-events-topic "$topic" --fixed-theta --threads 1 --max-batch 2 \
+  --kv-events "tcp://127.0.0.1:*" --kv-events-topic "$topic" --fixed-theta --threads 1 --max-batch 2 \
   --max-context 1024 --kv-budget-mb "$budget_mb"
+# The PUB socket binds a port ZeroMQ picks (a port picked here could be taken before serve binds it); serve prints
+# where, before it binds the HTTP port.
+zport=$(sed -n 's/^treespark serve: KV-cache events on tcp:[/][/][^ ]*:\([0-9][0-9]*\), topic .*/\1/p' "$work/serve.log" | head -1)
+[ -n "$zport" ] || { cat "$work/serve.log" >&2; echo "serve did not say where it publishes KV events" >&2; exit 1; }
 status=0
 "$py" - "$port" "$zport" "$topic" "$bin" "$src" <<'PY' || status=$?
 import http.client, json, struct, subprocess, sys, time

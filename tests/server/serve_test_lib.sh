@@ -1,6 +1,6 @@
 # Sourced by the `treespark serve` script tests (drain, seeded, kv_events_e2e): their arguments, Debian's Python
-# (which has the test's modules), a scratch folder and a server pid that are cleaned up on exit, a server start on a
-# port of its own (start_serve), and a free port for other listeners.
+# (which has the test's modules), a scratch folder and a server pid that are cleaned up on exit, and a server start
+# on a port of its own (start_serve).
 # Usage in a test: source "$(dirname "$0")/serve_test_lib.sh" "$@"   (TREESPARK_BINARY SOURCE_DIR)
 bin=$1
 src=$2
@@ -19,7 +19,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Starts `$bin serve --port 0 ARGS...` in the background (log in LOG) and waits for the port it bound, which it prints
 # at start-up: sets pid and port. A port picked here and bound by serve later could meanwhile be taken by another
 # test's server (ctest runs them in parallel), and the test would then talk to that one.
