@@ -537,7 +537,7 @@ StepReport Engine::step() {
     Live& live = *live_.at(o.id);
     deliver(live);  // a throwing callback may fail the request here
     if (live.done()) o.finished = true;
-    o.tokens_left = std::max(0, live.request.options.max_new_tokens - int(live.generated.size()));
+    o.tokens_left = live.tokens_left();
   }
   sched::update(sched_, plan, outcomes);
   for (RequestId id : plan.evict) {

@@ -1,6 +1,7 @@
 // Internal to the engine (engine.cc, engine_run.cc): one request's live state and the runner's scratch.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ struct Engine::Live {
   double t_add_ms = 0;           // when add() queued it
   double t_last_tokens_ms = 0;   // when its previous tokens became final (inter-token latency)
   bool done() const { return finish != FinishReason::None; }
+  // Tokens it may still emit: max_new_tokens less those emitted (the scheduler's SeqView::tokens_left).
+  int tokens_left() const { return std::max(0, request.options.max_new_tokens - int(generated.size())); }
 };
 
 // [kMaxTapBacklog, tap_width] f32 at most per request: 6 MB for a 512-wide target with 3 taps.

@@ -218,8 +218,7 @@ void Engine::grow_tree(Item& it, const float* base_logits) {
   block.vocab = target_.config().vocab_size;
   // No deeper than the request may still emit: a node at depth d is generated token number generated.size() + d,
   // and the round's bonus token follows the last accepted one (the scheduler speculates only with two or more left).
-  const int tokens_left = o.max_new_tokens - int(live.generated.size());
-  block.block_size = std::max(1, std::min(drafter_->block_size(), tokens_left - 1));
+  block.block_size = std::max(1, std::min(drafter_->block_size(), live.tokens_left() - 1));
   block.base_logits = base_logits;  // [block_size, vocab]
   const Drafter* d = drafter_;
   block.add_markov_bias = [d](int32_t parent, float* out) { d->add_markov_bias(parent, out); };
