@@ -48,11 +48,11 @@
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count
 // of drafting requests (bucketed the same way) are dropped: cold caches, first touch, one-off table builds, and
-// buffers that grow with the drafting requests (the first step of eight rounds at batch 8 of a fresh server cost
-// 1.3-1.6x its price, and a residual learned from it kept speculation off there). Plain steps warm up once per
-// process: where the policy speculates, its plain probes are the only plain steps a bucket sees, and dropping them
-// left an overpriced plain step unlearned (speculation ran at 0.9x plain at 8 requests). One outlier moves
-// neither, and a bucket not measured yet adds nothing (the policy then measures it).
+// buffers that grow with the drafting requests (a residual learned from such a first step would keep speculation
+// off where it pays). Plain steps warm up once per process: where the policy speculates, its plain probes are the
+// only plain steps a bucket sees, and dropping them would leave an overpriced plain step unlearned (the runs behind
+// both rules are in docs/benchmarks.md). One outlier moves neither, and a bucket not measured yet adds nothing (the
+// policy then measures it).
 // Nothing here touches a model: tests/engine/scheduler_test.cc drives it with a fake model.
 #pragma once
 

@@ -28,7 +28,8 @@ start_serve "$work/serve.log" --model "$src/models/treespark-target" --drafter "
   --max-context 1024 --kv-budget-mb "$budget_mb"
 # The PUB socket binds a port ZeroMQ picks (a port picked here could be taken before serve binds it); serve prints
 # where, before it binds the HTTP port.
-zport=$(sed -n 's/^treespark serve: KV-cache events on tcp:[/][/][^ ]*:\([0-9][0-9]*\), topic .*/\1/p' "$work/serve.log" | head -1)
+zport=$(sed -n 's/^treespark serve: KV-cache events on tcp:[/][/][^ ]*:\([0-9][0-9]*\), topic .*/\1/p' \
+  "$work/serve.log" | head -1)
 [ -n "$zport" ] || { cat "$work/serve.log" >&2; echo "serve did not say where it publishes KV events" >&2; exit 1; }
 status=0
 "$py" - "$port" "$zport" "$topic" "$bin" "$src" <<'PY' || status=$?
