@@ -21,6 +21,14 @@ void ResidualWindow::add(double x) {
   count = std::min(count + 1, kSize);
 }
 
+void ResidualWindow::keep_newest(int n) {
+  n = std::clamp(n, 0, std::min(count, kSize));
+  double newest[kSize];  // [n] oldest first
+  for (int i = 0; i < n; ++i) newest[i] = values[(next - n + i + kSize) % kSize];
+  count = next = 0;
+  for (int i = 0; i < n; ++i) add(newest[i]);
+}
+
 double ResidualWindow::estimate() const {
   // count <= kSize always; saying so lets the compiler see the sort stays inside `sorted` (-Warray-bounds).
   const int n = std::min(count, kSize);
@@ -43,6 +51,11 @@ double plain_residual_ms(const SchedulerState& state, int batch) {
 
 double draft_residual_ms(const SchedulerState& state, int batch) {
   return state.draft_residual[batch_bucket(batch)].estimate();
+}
+
+int plain_refresh_steps(const SchedulerConfig& config, double gain) {
+  const double steps = std::max(0.0, gain) / kPlainProbeBudget;
+  return int(std::min(std::max(steps, double(config.plain_probe_interval)), double(kPlainRefreshSteps)));
 }
 
 namespace {
@@ -196,7 +209,7 @@ void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Can
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.extra_tokens * std::max(1, b.extra_rows) > b.extra_tokens * std::max(1, a.extra_rows);
   });
-  double rows = base.rows, tokens = base.tokens, best_rate = -1;
+  double rows = base.rows, tokens = base.tokens, best_rate = -1, plain_rate = 0;
   size_t best = 0;
   const double plain_extra = plain_residual_ms(state, plan.batch);
   const double draft_extra = draft_residual_ms(state, plan.batch);
@@ -205,6 +218,7 @@ void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Can
     const double step_ms =
         step_cost_ms(*c.cost, plan.batch, rows, drafting, mean_context) + plain_extra + drafting * draft_extra;
     const double rate = tokens / std::max(step_ms, 1e-6);
+    if (j == 0) plain_rate = rate;  // no candidate drafts: plain for the policy's requests
     if (rate > best_rate) best_rate = rate, best = j;
     if (j < candidates.size()) {
       rows += candidates[j].extra_rows;
@@ -213,12 +227,14 @@ void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Can
   }
   plan.adaptive_candidates = int(candidates.size());
   plan.policy_speculates = best > 0;
-  // Step 7: a bucket whose plain price is unmeasured or stale gets a plain step. Only when no request outside the
-  // policy drafts anyway: a step with some drafting cannot measure it.
+  // Step 7: a bucket whose plain price is unmeasured or stale gets a plain step; the smaller the modelled gain, the
+  // sooner a price counts as stale. Only when no request outside the policy drafts anyway: a step with some
+  // drafting cannot measure it.
   const int bucket = batch_bucket(plan.batch);
   const int since_plain = state.steps_since_plain[bucket];
+  const double gain = best_rate / std::max(plain_rate, 1e-12) - 1;
   if (best > 0 && base.drafting == 0 && c.plain_probe_interval > 0 && since_plain >= c.plain_probe_interval &&
-      (state.plain_residual[bucket].count == 0 || since_plain >= kPlainRefreshSteps)) {
+      (state.plain_residual[bucket].count == 0 || since_plain >= plain_refresh_steps(c, gain))) {
     plan.plain_probe = true;
     return;
   }
@@ -250,7 +266,12 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const int bucket = batch_bucket(step.batch);
   const double residual = step.actual_ms - step.modelled_ms;
   if (step.drafting == 0) {
-    if (state.plain_observed++ >= kResidualWarmupSteps) state.plain_residual[bucket].add(residual);
+    if (state.plain_observed++ >= kResidualWarmupSteps) {
+      ResidualWindow& window = state.plain_residual[bucket];
+      if (state.plain_window_stale[bucket]) window.keep_newest(1);
+      state.plain_window_stale[bucket] = false;
+      window.add(residual);
+    }
     return;
   }
   // Negative where rounds cost less than the curve says, down to the price of the same step run plain.
@@ -293,7 +314,10 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     state.speculative_steps += drafted;
     state.probe_steps += plan.probe;
     state.plain_probe_steps += plan.plain_probe;
-    int& since_plain = state.steps_since_plain[batch_bucket(plan.batch)];
+    const int bucket = batch_bucket(plan.batch);
+    int& since_plain = state.steps_since_plain[bucket];
+    const int interval = state.config.plain_probe_interval;
+    if (!drafted && interval > 0 && since_plain >= interval) state.plain_window_stale[bucket] = true;
     since_plain = drafted ? since_plain + 1 : 0;
   }
   if (plan.policy_speculates) {

@@ -40,10 +40,13 @@
 //      request drafts, so a policy that keeps speculating at a load would never learn that plain steps there cost
 //      less than the curve says (a start-up measurement disturbed by a busy machine priced L(4, 1) at 1.6x a real
 //      batch-4 step, and speculation ran at 0.93x plain decoding's throughput). When adaptive requests have
-//      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, or was last
-//      measured kPlainRefreshSteps steps ago, the step runs plain (a plain probe; only when every drafting request
-//      is adaptive, so the step is wholly plain). Where speculation pays this costs one step's gain per interval
-//      until the bucket is measured, then one per kPlainRefreshSteps.
+//      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, the step runs
+//      plain (a plain probe; only when every drafting request is adaptive, so the step is wholly plain). A measured
+//      price goes stale while the policy speculates (it may have been learned under conditions that pass: the
+//      first decode steps after a prefill can cost twice the steady ones on a cache-resident model), so it is
+//      re-measured after plain_refresh_steps(gain) speculating steps, gain being the step's modelled gain over
+//      running plain: a plain probe costs about that gain for one step, so the policy spends at most
+//      kPlainProbeBudget of its throughput on them, and re-measures most often where the decision is closest.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count
@@ -129,6 +132,7 @@ struct ResidualWindow {
   int count = 0;              // observations held, <= kSize
   int next = 0;               // where the next one goes
   void add(double x);
+  void keep_newest(int n);    // drops all but the n newest values
   double estimate() const;    // the lower median of the held values; 0 when none
 };
 
@@ -138,9 +142,14 @@ int batch_bucket(int batch);
 // The process's first plain steps, and a bucket's first drafting steps with each drafting-count bucket, teach
 // nothing: they pay for cold caches and growing buffers.
 constexpr int kResidualWarmupSteps = 2;
-// A bucket's plain residual counts as stale once this many decode steps at that bucket ran with some request
-// drafting since its last wholly plain step (step 7 of schedule()).
+// Step 7 of schedule(): the share of the modelled throughput that plain probes may cost where a bucket's plain
+// price is measured, and the longest a price goes unrefreshed (decode steps at that bucket with some request
+// drafting since its last wholly plain step).
+constexpr double kPlainProbeBudget = 0.005;
 constexpr int kPlainRefreshSteps = 512;
+// The speculating steps after which a measured plain price is re-measured, at a modelled gain over plain decoding
+// (best rate / plain rate - 1): gain / kPlainProbeBudget, within [plain_probe_interval, kPlainRefreshSteps].
+int plain_refresh_steps(const SchedulerConfig& config, double gain);
 
 struct SchedulerState {
   SchedulerConfig config;
@@ -169,6 +178,10 @@ struct SchedulerState {
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
   int probe_interval = 0;       // the current interval; 0 = config.probe_interval
   int steps_since_plain[kBatchBuckets] = {};  // per bucket: decode steps with some request drafting since a plain one
+  // Per bucket: a plain step ended plain_probe_interval or more drafting steps there, so the plain residual's
+  // older values describe conditions that may have passed: its next observation keeps only the window's newest
+  // value beside it (the lower median of the two: one outlier cannot set the price).
+  bool plain_window_stale[kBatchBuckets] = {};
   // Counters for metrics: decode steps, those in which some request speculated, probes among them, and plain probes
   // (steps run plain to measure the plain price, step 7).
   int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0, plain_probe_steps = 0;

@@ -248,7 +248,9 @@ TEST(Engine, RoundsDraftNoDeeperThanTheTokensLeft) {
       generated += d.speculate ? d.accepted + 1 : 1;
     }
     EXPECT_EQ(got.ids, greedy_reference(*pair.target, r.prompt, max_new)) << max_new;
-    if (max_new == 2) EXPECT_EQ(got.stats.rounds, 0) << "one token left after the prefill's: no round";
+    if (max_new == 2) {
+      EXPECT_EQ(got.stats.rounds, 0) << "one token left after the prefill's: no round";
+    }
   }
 }
 

@@ -307,6 +307,16 @@ TEST(Scheduler, ResidualWindowIsTheLowerMedianOfTheNewestObservations) {
   EXPECT_EQ(w.estimate(), 100.0) << "old values leave the window";
   for (int i = 0; i < ResidualWindow::kSize / 2 + 1; ++i) w.add(2.0);
   EXPECT_EQ(w.estimate(), 2.0) << "a majority of new values moves the median";
+  w.add(9.0);
+  w.keep_newest(1);
+  EXPECT_EQ(w.count, 1);
+  EXPECT_EQ(w.estimate(), 9.0) << "only the newest value is kept";
+  w.add(3.0);
+  EXPECT_EQ(w.estimate(), 3.0);
+  w.keep_newest(ResidualWindow::kSize + 5);
+  EXPECT_EQ(w.count, 2) << "keeping more than it holds keeps everything";
+  w.keep_newest(0);
+  EXPECT_EQ(w.estimate(), 0.0);
   EXPECT_EQ(batch_bucket(1), 0);
   EXPECT_EQ(batch_bucket(3), 1);
   EXPECT_EQ(batch_bucket(4), 2);
@@ -471,10 +481,11 @@ TEST(Scheduler, AnAverageAgesWithThePlainStepsItWentUnrefreshed) {
 // engine does. A speculating request emits 3 tokens from a 4-node tree; a step takes extra_ms(drafting step
 // index) beyond the modelled cost when some request drafts (the index counts drafting steps so far), plain_extra_ms
 // otherwise (negative: plain steps cheaper than the curve says). Returns, per step, whether any request speculated.
+// plain_extra_ms(plain step index) is the same for plain steps.
 std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::function<double(int)>& extra_ms,
-                                  double plain_extra_ms = 0) {
+                                  const std::function<double(int)>& plain_extra_ms) {
   std::vector<bool> speculated;
-  int drafting_steps = 0;
+  int drafting_steps = 0, plain_steps = 0;
   for (int i = 0; i < steps; ++i) {
     const Plan p = schedule(st);
     std::vector<SeqOutcome> out;
@@ -495,11 +506,16 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
     update(st, p, out);
     seen.modelled_ms = step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
     seen.modelled_plain_ms = step_cost_ms(*st.config.cost, p.batch, p.batch, 0, p.mean_context);
-    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms);
+    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms(plain_steps++));
     observe_step(st, seen);
     speculated.push_back(seen.drafting > 0);
   }
   return speculated;
+}
+
+std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::function<double(int)>& extra_ms,
+                                  double plain_extra_ms = 0) {
+  return simulate_policy(st, steps, extra_ms, [=](int) { return plain_extra_ms; });
 }
 
 CostModel memory_bound_curve() {
@@ -581,16 +597,81 @@ TEST(Scheduler, APlainPriceTooHighIsMeasuredAndSpeculationStopsWhereItLoses) {
   // Once measured, speculation runs only in its probes: at most one step in max_probe_interval + 1.
   EXPECT_LE(count(speculated, steps - 400), 400 / (st.config.max_probe_interval + 1) + 1);
   // The same curve where plain steps cost what it says: speculation pays and runs but for the plain probes,
-  // which stop once the bucket is measured and then refresh it every kPlainRefreshSteps steps.
+  // which stop once the bucket is measured and then refresh it every plain_refresh_steps(gain) steps, here
+  // gain = 3 tokens per 5-row round against 1 per plain step, less 1.
   SchedulerState fair = one_long_request(curve);
   const std::vector<bool> fair_speculated = simulate_policy(fair, steps, [](int) { return 0.0; });
-  EXPECT_LE(fair.plain_probe_steps, kResidualWarmupSteps + 1 + steps / kPlainRefreshSteps);
+  const double gain = 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1;
+  ASSERT_GT(plain_refresh_steps(fair.config, gain), 100);
+  EXPECT_LE(fair.plain_probe_steps, kResidualWarmupSteps + 1 + steps / plain_refresh_steps(fair.config, gain));
   EXPECT_EQ(count(fair_speculated), steps - int(fair.plain_probe_steps));
   // Off: nothing measures the plain price, and speculation runs every step.
   SchedulerState off = one_long_request(curve);
   off.config.plain_probe_interval = 0;
   EXPECT_EQ(count(simulate_policy(off, steps, [](int) { return 0.0; }, -7.0)), steps);
   EXPECT_EQ(off.plain_probe_steps, 0);
+}
+
+// A plain price learned under conditions that pass: the first decode steps after a prefill can cost twice the
+// steady ones (cache-resident weights on a big-L3 Xeon), so a bucket's plain residual learned from its first plain
+// steps priced plain decoding ~30% high there, and speculation that lost ran for the rest of the phase. Now the
+// price is re-measured after plain_refresh_steps(gain) speculating steps, and the re-measurement keeps only the
+// window's newest value beside it, so one plain probe corrects it (four would have been needed to outvote four
+// transient values) and speculation stops where it loses.
+TEST(Scheduler, APlainPriceLearnedInATransientIsReMeasuredAndReplaced) {
+  const CostModel curve = memory_bound_curve();  // plain 10 ms, a 5-row round 11.125 ms for 3 tokens
+  SchedulerState st = one_long_request(curve);
+  st.config.probe_interval = 0;  // no exploration: the plain steps below are the policy's own
+  st.seqs[0].tokens_per_round = 1.05;  // kept plain at first (an unlucky start), so plain steps are learned...
+  // ...while they cost what the curve says (the transient); steadily, plain steps cost 7 ms less.
+  std::vector<bool> speculated = simulate_policy(
+      st, 6, [](int) { return 0.0; }, [](int) { return 0.0; });
+  EXPECT_EQ(count(speculated), 0);
+  EXPECT_EQ(st.plain_residual[0].count, 6 - kResidualWarmupSteps);
+  EXPECT_NEAR(plain_residual_ms(st, 1), 0.0, 1e-12);
+  // Acceptance recovers: rounds emit 3 tokens, the priced plain step (10 ms) loses to them (3 per 11.125 ms),
+  // though plain steps now cost 3 ms: 1 per 3 ms beats 3 per 11.125.
+  st.seqs[0].tokens_per_round = 3.0;
+  const double modelled_gain = 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1;
+  const int refresh = plain_refresh_steps(st.config, modelled_gain);
+  ASSERT_GT(refresh, st.config.plain_probe_interval);
+  ASSERT_LT(refresh, kPlainRefreshSteps) << "the gain is well below 2.56x";
+  speculated = simulate_policy(
+      st, refresh + 200, [](int) { return 0.0; }, [](int) { return -7.0; });
+  EXPECT_EQ(count(speculated, 0), refresh + ResidualWindow::kSize / 2 + 1)
+      << "it speculates until the plain price is re-measured, and until the rounds' residual (learned against the "
+         "old plain price) has caught up with the new one";
+  EXPECT_EQ(st.plain_probe_steps, 1);
+  EXPECT_NEAR(plain_residual_ms(st, 1), -7.0, 1e-9) << "one re-measurement replaces the transient's values";
+  EXPECT_NEAR(draft_residual_ms(st, 1), 7.0, 1e-9);
+  EXPECT_EQ(count(speculated, refresh + ResidualWindow::kSize), 0) << "then it decodes plainly, as it should";
+}
+
+// The refresh interval: every plain_probe_interval speculating steps where the gain is marginal, gain /
+// kPlainProbeBudget steps above that, at most kPlainRefreshSteps.
+TEST(Scheduler, APlainPriceIsReMeasuredSoonerTheCloserTheDecision) {
+  SchedulerConfig c;
+  EXPECT_EQ(plain_refresh_steps(c, -0.2), c.plain_probe_interval);
+  EXPECT_EQ(plain_refresh_steps(c, 0.02), c.plain_probe_interval);
+  EXPECT_EQ(plain_refresh_steps(c, 0.25), int(0.25 / kPlainProbeBudget));
+  EXPECT_EQ(plain_refresh_steps(c, 1.0), int(1.0 / kPlainProbeBudget));
+  EXPECT_EQ(plain_refresh_steps(c, 5.0), kPlainRefreshSteps);
+  // A policy at a marginal gain (3 tokens per round against 2.5-ish plain tokens' worth of time) re-measures the
+  // plain price every plain_probe_interval speculating steps, and only then.
+  CostModel curve = memory_bound_curve();
+  curve.ms = {10, 13, 20, 24, 30, 10, 13, 20, 24, 30};  // a 5-row round 21 ms + 0.5 for 3 tokens: gain 40%
+  curve.validate();
+  SchedulerState st = one_long_request(curve);
+  const double gain = 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1;
+  ASSERT_NEAR(gain, 0.395, 0.01);
+  const std::vector<bool> speculated = simulate_policy(st, 1000, [](int) { return 0.0; });
+  const int refresh = plain_refresh_steps(st.config, gain);
+  EXPECT_EQ(refresh, int(gain / kPlainProbeBudget));
+  // kResidualWarmupSteps + 1 plain probes measure it, then one per refresh.
+  const int measured_after = (kResidualWarmupSteps + 1) * (st.config.plain_probe_interval + 1);
+  const int expected = kResidualWarmupSteps + 1 + (1000 - measured_after) / (refresh + 1);
+  EXPECT_EQ(st.plain_probe_steps, expected);
+  EXPECT_EQ(count(speculated), 1000 - expected);
 }
 
 // The mirror image: a curve that overprices rounds (their k > 1 points timed while the machine was busy) says
