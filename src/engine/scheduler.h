@@ -42,11 +42,11 @@
 //      batch-4 step, and speculation ran at 0.93x plain decoding's throughput). When adaptive requests have
 //      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, the step runs
 //      plain (a plain probe; only when every drafting request is adaptive, so the step is wholly plain). A measured
-//      price goes stale while the policy speculates (it may have been learned under conditions that pass: the
-//      first decode steps after a prefill can cost twice the steady ones on a cache-resident model), so it is
-//      re-measured after plain_refresh_steps(gain) speculating steps, gain being the step's modelled gain over
-//      running plain: a plain probe costs about that gain for one step, so the policy spends at most
-//      kPlainProbeBudget of its throughput on them, and re-measures most often where the decision is closest.
+//      price goes stale while the policy speculates (it may have been learned under conditions that pass, such as
+//      the slow first decode steps after a prefill or an idle spell: docs/benchmarks.md), so it is re-measured
+//      after plain_refresh_steps(gain) speculating steps, gain being the step's modelled gain over running plain:
+//      a plain probe costs about that gain for one step, so the policy spends at most kPlainProbeBudget of its
+//      throughput on them, and re-measures most often where the decision is closest.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count

@@ -506,7 +506,8 @@ std::vector<bool> simulate_policy(SchedulerState& st, int steps, const std::func
     update(st, p, out);
     seen.modelled_ms = step_cost_ms(*st.config.cost, p.batch, rows, seen.drafting, p.mean_context);
     seen.modelled_plain_ms = step_cost_ms(*st.config.cost, p.batch, p.batch, 0, p.mean_context);
-    seen.actual_ms = seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms(plain_steps++));
+    seen.actual_ms =
+        seen.modelled_ms + (seen.drafting > 0 ? extra_ms(drafting_steps++) : plain_extra_ms(plain_steps++));
     observe_step(st, seen);
     speculated.push_back(seen.drafting > 0);
   }
