@@ -64,6 +64,10 @@ int current_probe_interval(const SchedulerState& st) {
   return st.probe_interval > 0 ? st.probe_interval : st.config.probe_interval;
 }
 
+int request_probe_interval(const SchedulerConfig& c, const SeqView& s) {
+  return s.probe_interval > 0 ? s.probe_interval : c.probe_interval;
+}
+
 bool can_speculate(const SchedulerConfig& c, const SeqView& s) {
   // A round needs room for a whole block after the anchor (the anchor sits at position context_len), and a second
   // token to emit: with one left, the round's bonus token is all it could keep.
@@ -186,13 +190,14 @@ std::vector<Candidate> plan_decode(const SchedulerState& state, Plan& plan, Spec
     if (is_tree(s.mode))
       w.theta = std::max(s.theta_floor, adaptive_theta(*c.cost, w.pricing_batch, 1, 1.0, s.context_len));
     w.speculate = false;  // decided below
-    if (c.probe_interval > 0 && s.steps_since_round >= c.probe_interval) {
-      // Probe: price it optimistically (its class's tokens per round, or the prior) rather than with its own
-      // stale measurement; if even that does not pay at this load, no probe is wasted.
+    if (c.probe_interval > 0 && s.steps_since_round >= request_probe_interval(c, s)) {
+      // Probe: price it optimistically (its class's tokens per round, or the prior before the class has any)
+      // rather than with its own stale measurement; if even that does not pay at this load, no probe is wasted.
       const int cls = s.temperature > 0 ? 1 : 0;
       const double class_tokens =
           state.class_tokens_per_round[cls] > 0 ? state.class_tokens_per_round[cls] : c.prior_tokens_per_round[cls];
-      tokens = std::min(std::max({tokens, class_tokens, c.prior_tokens_per_round[cls]}), double(s.tokens_left));
+      tokens = std::min(std::max(tokens, class_tokens), double(s.tokens_left));
+      w.probe_priced = true;
     }
     w.priced_tokens = tokens;
     w.priced_rows = k;
@@ -329,6 +334,8 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     ++state.steps_without_draft;
   }
   const double w = state.config.ema_weight;
+  std::unordered_map<RequestId, const DecodeWork*> work_of;
+  for (const DecodeWork& d : plan.decode) work_of[d.id] = &d;
   for (const SeqOutcome& o : outcomes) {
     SeqView* s = find(o.id);
     if (!s) continue;
@@ -343,6 +350,18 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     const int plain_steps_before = s->steps_since_round;  // decode steps since the request's previous round
     if (o.committed > 0) s->steps_since_round = o.speculated ? 0 : s->steps_since_round + 1;
     if (o.speculated) {
+      // A probe-priced round that fell short of its optimistic price confirms the request is below its class: its
+      // next probe comes twice as late. One that met it, or a round the policy chose by the request's own price,
+      // starts the interval over (an exploration round of step 6 leaves it).
+      const auto work = work_of.find(o.id);
+      const SchedulerConfig& cfg = state.config;
+      if (work != work_of.end() && work->second->probe_priced) {
+        const int longest = std::max(cfg.probe_interval, cfg.max_probe_interval);
+        const bool fell_short = o.tokens_emitted < work->second->priced_tokens;
+        s->probe_interval = fell_short ? std::min(longest, 2 * request_probe_interval(cfg, *s)) : 0;
+      } else if (!plan.probe) {
+        s->probe_interval = 0;
+      }
       // Averages start from a prior counted as prior_rounds rounds: the first measured rounds replace it within a
       // few rounds, and one unlucky first round moves it by a third, not all the way.
       const int cls = s->temperature > 0 ? 1 : 0;

@@ -26,9 +26,13 @@
 //      average's weight is 1 - (1 - ema_weight)^(1 + plain steps since the request's previous round): an estimate
 //      ages with the steps it went unrefreshed. A class's averages weigh their newest round
 //      max(1 / (prior_rounds + n), class_ema_weight). E is capped by the tokens the request may still emit, and
-//      a request with one left is not a candidate. A request kept off is re-priced optimistically (its class's E
-//      or the prior, whichever is larger) every probe_interval plain steps, so a stale pessimistic measurement
-//      cannot keep it off for good.
+//      a request with one left is not a candidate. A request kept off is re-priced optimistically (at least its
+//      class's E; the prior until the class is measured) after its probe interval of plain steps, so a stale
+//      pessimistic measurement cannot keep it off for good. The interval starts at probe_interval, doubles (up to
+//      max_probe_interval) after each such round that emits fewer tokens than that optimistic price (it confirms
+//      the request is below its class), and starts over after one that emits as many, or after a round the
+//      policy chose by the request's own price: under load, where a class-average round barely pays, a request
+//      that stays poor is re-measured less and less often instead of every probe_interval steps.
 //   6. explores: every price is learned, and a price learned wrong must not keep speculation off for good. When
 //      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
 //      efficient candidate speculates whatever the price says, and its round is measured like any other. The
@@ -93,6 +97,7 @@ struct SeqView {
   double nodes_per_round = 0;   // draft nodes per round
   int rounds = 0;               // speculative rounds measured
   int steps_since_round = 0;    // decode steps since its last speculative round (policy probes, see schedule())
+  int probe_interval = 0;       // plain steps before it is priced optimistically (schedule() step 5); 0: the config's
   // Tokens it may still emit (max_new_tokens less those emitted): a round emits at most this many, so E is priced
   // at most this, and a request with one left decodes plainly (its tree could only be discarded).
   int tokens_left = std::numeric_limits<int>::max();
@@ -224,6 +229,7 @@ struct DecodeWork {
   // verified (k, anchor included); 0 when it was not priced (not adaptive, or no room to speculate).
   double priced_tokens = 0;
   int priced_rows = 0;
+  bool probe_priced = false;  // priced optimistically: the request was due its probe (schedule() step 5)
 };
 
 struct Plan {

@@ -816,6 +816,70 @@ TEST(Scheduler, ThePlanRecordsWhatEachAdaptiveRequestWasPricedAt) {
   EXPECT_EQ(p.decode[3].priced_tokens, 0);
 }
 
+// Under load a poor request's optimistic probe rounds are losing rounds: bench serve at batch 7-8 ran one every
+// probe_interval plain steps per request, priced at the prior's 2.5 tokens, emitting 1.75. Now a probe is priced at
+// its class's E (the prior only before the class has rounds), and each probe that falls short of that price
+// doubles the request's interval, up to max_probe_interval; a probe that meets it, or a round chosen by the
+// request's own price, starts the interval over.
+TEST(Scheduler, ARequestWhoseProbesFallShortIsProbedLessAndLessOften) {
+  const CostModel curve = serving_curve();
+  // At batch 16, a request averaging 1.5 tokens per round is kept off, and a class-average round (2.6) pays.
+  // Request 2 emits 4 tokens a round and speculates every step, so the policy's own exploration (step 6) never
+  // needs to run; the other 14 decode plainly (the load).
+  SchedulerState st = kept_off_requests(curve, 100);
+  for (size_t i = 2; i < st.seqs.size(); ++i) st.seqs[i].mode = DecodeMode::None;
+  for (SeqView& s : st.seqs) s.max_context = 1 << 30;
+  st.seqs[1].tokens_per_round = 4;
+  st.config.probe_interval = 8;
+  st.config.plain_probe_interval = 0;  // no step is observed here: nothing to measure
+  st.class_tokens_per_round[0] = 2.6;
+  st.class_nodes_per_round[0] = 3;
+  st.class_rounds[0] = 1000;  // the class average barely moves with these requests' rounds
+  auto step = [&](int emitted) {
+    const Plan p = schedule(st);
+    std::vector<SeqOutcome> out;
+    for (const DecodeWork& d : p.decode) {
+      SeqOutcome o;
+      o.id = d.id;
+      o.speculated = d.speculate;
+      o.committed = o.tokens_emitted = d.speculate ? (d.id == st.seqs[0].id ? emitted : 4) : 1;
+      o.tree_nodes = d.speculate ? 3 : 0;
+      out.push_back(o);
+    }
+    update(st, p, out);
+    EXPECT_TRUE(p.decode[1].speculate);
+    EXPECT_FALSE(p.probe);
+    return p;
+  };
+  const Plan first = schedule(st);
+  ASSERT_FALSE(first.decode[0].speculate) << "kept off by its own average";
+  EXPECT_FALSE(first.decode[0].probe_priced);
+  // Its probes fall short of the class's E: they come after 8, 16, 32, 64, 64 plain steps.
+  std::vector<int> gaps;
+  int since = 0;
+  for (int i = 0; i < 400 && gaps.size() < 5; ++i) {
+    const double class_tokens = st.class_tokens_per_round[0];
+    const Plan p = step(1);
+    if (p.decode[0].probe_priced) {
+      EXPECT_DOUBLE_EQ(p.decode[0].priced_tokens, class_tokens) << "priced at the class's E";
+      EXPECT_TRUE(p.decode[0].speculate) << "a class-average round pays here";
+      gaps.push_back(since);
+      since = 0;
+    } else {
+      EXPECT_FALSE(p.decode[0].speculate);
+      ++since;
+    }
+  }
+  EXPECT_EQ(gaps, (std::vector<int>{8, 16, 32, 64, 64}));
+  EXPECT_EQ(st.seqs[0].probe_interval, st.config.max_probe_interval);
+  // A probe that meets its price (the request recovered) starts the interval over.
+  for (int i = 0; i < 64 && !schedule(st).decode[0].probe_priced; ++i) step(1);
+  ASSERT_TRUE(schedule(st).decode[0].probe_priced);
+  ASSERT_LE(schedule(st).decode[0].priced_tokens, 4.0) << "the class's E, pulled toward request 2's 4";
+  step(4);
+  EXPECT_EQ(st.seqs[0].probe_interval, 0) << "back to probe_interval";
+}
+
 TEST(CostModelPolicy, DrafterCostPerBatchIsInterpolatedAndPriced) {
   CostModel c = serving_curve();
   EXPECT_DOUBLE_EQ(c.fixed_cost_ms(1), 1.0);
