@@ -400,10 +400,10 @@ void Engine::finish_all(std::deque<Item>& items, StepReport& report, std::vector
       st.verify_ms += report.forward_ms + own_ms;
       report.decisions.push_back({live.id, true, it.decode.theta, it.tree_nodes(),
                                   outcome.speculated ? outcome.tokens_emitted - 1 : 0, it.decode.priced_tokens,
-                                  it.decode.priced_rows});
+                                  it.decode.priced_rows, it.decode.probe_priced});
     } else {
       report.decisions.push_back({live.id, false, it.decode.theta, 0, 0, it.decode.priced_tokens,
-                                  it.decode.priced_rows});
+                                  it.decode.priced_rows, it.decode.probe_priced});
     }
     if (live.done()) outcome.finished = true;
   }

@@ -71,7 +71,9 @@ std::string describe_policy_step(const StepReport& r) {
                          ";");
   for (const RoundDecision& d : r.decisions) {
     const std::string priced =
-        d.priced_rows > 0 ? cat(" E ", std::round(d.priced_tokens * 100) / 100, " k ", d.priced_rows) : std::string();
+        d.priced_rows > 0 ? cat(" E ", std::round(d.priced_tokens * 100) / 100, " k ", d.priced_rows,
+                                d.probe_priced ? " probe-priced" : "")
+                          : std::string();
     line += d.speculate
                 ? cat(" [", d.id, " theta ", d.theta, " nodes ", d.tree_size, " acc ", d.accepted, priced, "]")
                 : cat(" [", d.id, " plain", priced, "]");

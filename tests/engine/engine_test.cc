@@ -516,5 +516,19 @@ TEST(Engine, ZeroNewTokensAndStopIds) {
   EXPECT_EQ(cs.ids, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
 }
 
+// The debug line says what each adaptive request was priced at, and which were priced as probes.
+TEST(Engine, ThePolicyLineMarksProbePricedRequests) {
+  StepReport r;
+  r.step = 7;
+  r.batch = 2;
+  r.modelled_ms = 4.5;
+  r.step_ms = 4.75;
+  r.decisions.push_back({3, true, 0.25, 2, 1, 2.4, 3, false});
+  r.decisions.push_back({4, false, 0.25, 0, 0, 2.3, 3, true});
+  EXPECT_EQ(describe_policy_step(r),
+            "treespark policy: step 7 batch 2 predicted 4.5 ms actual 4.75 ms; [3 theta 0.25 nodes 2 acc 1 E 2.4 k 3] "
+            "[4 plain E 2.3 k 3 probe-priced]");
+}
+
 }  // namespace
 }  // namespace ts
