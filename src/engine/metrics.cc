@@ -62,8 +62,9 @@ std::vector<double> e2e_buckets() {
 
 std::string describe_policy_step(const StepReport& r) {
   if (r.batch == 0) return "";
-  std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch, r.probe ? " probe" : "",
-                         r.plain_probe ? " plain-probe" : "",
+  std::string line = cat("treespark policy: step ", r.step, " batch ", r.batch,
+                         r.prefill_tokens > 0 ? cat(" prefill ", r.prefill_tokens) : std::string(),
+                         r.probe ? " probe" : "", r.plain_probe ? " plain-probe" : "",
                          r.modelled_ms > 0 ? cat(" predicted ", r.modelled_ms, " ms") : std::string(), " actual ",
                          r.step_ms, " ms",
                          r.backlog_rows > 0 ? cat(" (drafter backlog ", r.backlog_rows, " rows ", r.backlog_ms, " ms)")

@@ -70,7 +70,8 @@ struct StepReport {
 // One line of what the policy decided in a decode step and what the step cost, for the debug logs of `serve` and
 // `generate` ("treespark policy: step 12 batch 1 predicted 1.4 ms actual 1.5 ms; [3 theta 0.17 nodes 2 acc 1 E 2.4
 // k 3] [4 plain E 1.9 k 3] [5 plain E 2.3 k 3 probe-priced]", E and k the price inputs of an adaptive request,
-// probe-priced where it was due its probe and priced at its class's E;
+// probe-priced where it was due its probe and priced at its class's E; "batch 7 prefill 64" where the step also
+// carried prompt tokens;
 // no prediction for a step the load-adaptive policy did not price, e.g. generate's fixed pricing); "" for a step
 // without decoding requests.
 std::string describe_policy_step(const StepReport& r);

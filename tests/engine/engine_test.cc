@@ -528,6 +528,9 @@ TEST(Engine, ThePolicyLineMarksProbePricedRequests) {
   EXPECT_EQ(describe_policy_step(r),
             "treespark policy: step 7 batch 2 predicted 4.5 ms actual 4.75 ms; [3 theta 0.25 nodes 2 acc 1 E 2.4 k 3] "
             "[4 plain E 2.3 k 3 probe-priced]");
+  r.prefill_tokens = 64;
+  r.modelled_ms = 0;
+  EXPECT_EQ(describe_policy_step(r).substr(0, 59), "treespark policy: step 7 batch 2 prefill 64 actual 4.75 ms;");
 }
 
 }  // namespace
