@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "prompt_file.h"
+#include "request_lengths.h"
 
 namespace ts::bench {
 
@@ -55,8 +56,8 @@ struct ArmResult {
 };
 
 ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& prompts, const Arm& arm, int concurrency,
-                  float temperature, int max_tokens, const CostModel& cost, uint64_t seed, double prior,
-                  int plain_probe_interval) {
+                  float temperature, int max_tokens, bool vary_max_tokens, const CostModel& cost, uint64_t seed,
+                  double prior, int plain_probe_interval) {
   ArmResult res;
   EngineConfig config;
   config.max_batch = concurrency;
@@ -118,7 +119,7 @@ ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& 
       RequestOptions& o = r.options;
       o.sampling.temperature = temperature;
       o.sampling.seed = seed + next;
-      o.max_new_tokens = max_tokens;
+      o.max_new_tokens = request_max_tokens(max_tokens, vary_max_tokens, next);
       o.stop_ids = bundle.stop_ids();
       o.mode = arm.mode;
       o.tree.theta = arm.theta;
@@ -155,7 +156,11 @@ int bench_engine(int argc, char** argv) {
   app.add_option("--drafter", drafter_dir)->required();
   app.add_option("--prompts", prompts_path, "JSONL prompt set")->required();
   app.add_option("--concurrency", levels, "requests in flight")->delimiter(',');
-  app.add_option("--max-tokens", max_tokens);
+  app.add_option("--max-tokens", max_tokens)->check(CLI::PositiveNumber);
+  bool vary_max_tokens = false;
+  app.add_flag("--vary-max-tokens", vary_max_tokens,
+               "give request i a limit from max-tokens / 2 to 1.5 x max-tokens (mean about max-tokens) instead of "
+               "max-tokens for all, so requests do not all end together");
   app.add_option("--limit", limit, "prompts per run (each level runs all of them)");
   app.add_option("--temperature", temperature);
   app.add_option("--chain-len", chain_len);
@@ -214,8 +219,12 @@ int bench_engine(int argc, char** argv) {
                                  {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, double> at_one;
-  std::printf("\n%s, T = %.1f, %zu prompts x %d tokens\n", prompts_path.c_str(), temperature, set.prompt_ids.size(),
-              max_tokens);
+  if (vary_max_tokens)
+    std::printf("\n%s, T = %.1f, %zu prompts x %d-%d tokens (varied limits)\n", prompts_path.c_str(), temperature,
+                set.prompt_ids.size(), request_max_tokens(max_tokens, true, 0), max_tokens / 2 + max_tokens);
+  else
+    std::printf("\n%s, T = %.1f, %zu prompts x %d tokens\n", prompts_path.c_str(), temperature,
+                set.prompt_ids.size(), max_tokens);
   std::printf("%-5s %-10s %9s %9s %9s %9s %8s %9s %8s %8s %11s %9s\n", "conc", "arm", "tok/s", "x none", "x conc1",
               "tok/rnd", "tree", "spec off", "step ms", "sched %", "model tok/s", "x none");
   for (int c : levels) {
@@ -223,8 +232,8 @@ int bench_engine(int argc, char** argv) {
     std::vector<std::vector<ArmResult>> runs(arms.size());
     for (int rep = 0; rep < std::max(1, repeats); ++rep)
       for (size_t a = 0; a < arms.size(); ++a)
-        runs[a].push_back(run_arm(bundle, set.prompt_ids, arms[a], c, temperature, max_tokens, cost, seed, prior,
-                                  plain_probe_interval));
+        runs[a].push_back(run_arm(bundle, set.prompt_ids, arms[a], c, temperature, max_tokens, vary_max_tokens, cost,
+                                  seed, prior, plain_probe_interval));
     std::vector<ArmResult> results;
     for (auto& r : runs) {
       std::sort(r.begin(), r.end(), [](const ArmResult& x, const ArmResult& y) { return x.tok_s() < y.tok_s(); });
@@ -262,6 +271,7 @@ int bench_engine(int argc, char** argv) {
         by_batch.push_back({{"batch", b}, {"decisions", v[0]}, {"mean_theta", v[1] / v[0]},
                             {"mean_tree_size", v[2] / v[0]}, {"speculating_share", v[3] / v[0]}});
       out.push_back({{"concurrency", c}, {"arm", arms[a].name}, {"temperature", temperature},
+                     {"tokens", r.tokens}, {"vary_max_tokens", vary_max_tokens},
                      {"tokens_per_second", r.tok_s()}, {"ratio_to_none", vs_none}, {"ratio_to_concurrency_1", vs_one},
                      {"tokens_per_round", tpr}, {"mean_tree_size", tree}, {"spec_off_share", off},
                      {"mean_step_ms", r.steps ? r.step_ms / r.steps : 0}, {"scheduler_share", sched / 100},

@@ -24,6 +24,7 @@
 #include "decode_flags.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
+#include "request_lengths.h"
 #include "server/engine_backend.h"
 #include "server/http_server.h"
 #include "server/model_setup.h"
@@ -147,7 +148,7 @@ namespace {
 
 // Poisson arrivals: request i starts at the sum of i exponential gaps; one client thread per request.
 std::vector<Sample> run_load(int port, const std::vector<PromptBody>& prompts, double rate, int n, int max_tokens,
-                             float temperature, uint64_t seed, double* wall_s) {
+                             bool vary_max_tokens, float temperature, uint64_t seed, double* wall_s) {
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap(rate);
   std::vector<Sample> samples(static_cast<size_t>(n));
@@ -157,7 +158,8 @@ std::vector<Sample> run_load(int port, const std::vector<PromptBody>& prompts, d
   for (int i = 0; i < n; ++i) {
     std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
     clients.emplace_back([&, i] {
-      samples[size_t(i)] = one_request(port, prompts[size_t(i) % prompts.size()], max_tokens, temperature, seed + i);
+      const int limit = request_max_tokens(max_tokens, vary_max_tokens, size_t(i));
+      samples[size_t(i)] = one_request(port, prompts[size_t(i) % prompts.size()], limit, temperature, seed + i);
     });
     at += gap(rng);
   }
@@ -255,6 +257,10 @@ int bench_serve(int argc, char** argv) {
   app.add_option("--arms", arms_s, "comma-separated subset of none,chain,tree,adaptive");
   app.add_option("--requests", requests, "requests per arm and rate")->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "tokens per request")->check(CLI::PositiveNumber);
+  bool vary_max_tokens = false;
+  app.add_flag("--vary-max-tokens", vary_max_tokens,
+               "give request i a limit from max-tokens / 2 to 1.5 x max-tokens (mean about max-tokens) instead of "
+               "max-tokens for all, so requests do not all end together");
   app.add_option("--max-batch", max_batch, "the server's max batch")->check(CLI::PositiveNumber);
   app.add_option("--temperature", temperature, "sampling temperature of every request");
   app.add_option("--seed", seed, "arrival and sampling seed");
@@ -332,7 +338,8 @@ int bench_serve(int argc, char** argv) {
     for (double rate : rates) {
       log.reset_batch();
       double wall_s = 0;
-      std::vector<Sample> samples = run_load(port, prompts, rate, requests, max_tokens, temperature, seed, &wall_s);
+      std::vector<Sample> samples =
+          run_load(port, prompts, rate, requests, max_tokens, vary_max_tokens, temperature, seed, &wall_s);
       ServeRow row = summarize(arm, rate, samples, wall_s);
       row.mean_batch = log.mean_batch();
       std::fprintf(stderr, "%-9s rate %6.2f/s: %.1f tok/s, p99 latency %.3f s, tree %.2f, batch %.2f\n", arm.c_str(),
@@ -346,11 +353,15 @@ int bench_serve(int argc, char** argv) {
     }
     traces["arms"][arm] = t;
   }
-  std::printf("bench serve: %d requests per rate, %d tokens each, max batch %d, temperature %.2f, %d threads\n",
-              requests, max_tokens, max_batch, temperature, num_threads());
+  const std::string lengths = vary_max_tokens ? cat(max_tokens / 2, "-", max_tokens / 2 + max_tokens,
+                                                    " tokens each (varied limits)")
+                                              : cat(max_tokens, " tokens each");
+  std::printf("bench serve: %d requests per rate, %s, max batch %d, temperature %.2f, %d threads\n", requests,
+              lengths.c_str(), max_batch, temperature, num_threads());
   print_serve_table(rows);
   std::ofstream(json_out) << json{{"model", model_dir}, {"drafter", drafter_dir}, {"requests", requests},
-                                  {"max_tokens", max_tokens}, {"max_batch", max_batch}, {"rows", serve_rows_json(rows)}}
+                                  {"max_tokens", max_tokens}, {"vary_max_tokens", vary_max_tokens},
+                                  {"max_batch", max_batch}, {"rows", serve_rows_json(rows)}}
                                  .dump(1)
                           << "\n";
   std::ofstream(traces_out) << traces.dump() << "\n";
