@@ -2,13 +2,8 @@
 # `treespark bench engine` end to end on a tiny random pair (what it measures is not asserted: timings are not
 # tests): with --vary-max-tokens request i's limit runs from max-tokens / 2 to 1.5 x max-tokens, so every arm
 # generates the sum of those limits where one limit for all generates prompts x max-tokens.
-#   engine_cli_test.sh <treespark binary> <source dir>
-set -u
-bin="$1"
-dir="$(mktemp -d)"
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-export XDG_CACHE_HOME="$dir/cache"
+#   engine_cli_test.sh <treespark binary>
+source "$(dirname "$0")/../cli/common.sh" "$@"
 
 "$bin" make-model --out "$dir/target" --drafter-out "$dir/drafter" --dtype bf16 --vocab 256 --hidden 64 \
   --intermediate 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 > /dev/null 2>&1 || fail "make-model"
