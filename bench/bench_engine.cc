@@ -219,12 +219,8 @@ int bench_engine(int argc, char** argv) {
                                  {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, double> at_one;
-  if (vary_max_tokens)
-    std::printf("\n%s, T = %.1f, %zu prompts x %d-%d tokens (varied limits)\n", prompts_path.c_str(), temperature,
-                set.prompt_ids.size(), request_max_tokens(max_tokens, true, 0), max_tokens / 2 + max_tokens);
-  else
-    std::printf("\n%s, T = %.1f, %zu prompts x %d tokens\n", prompts_path.c_str(), temperature,
-                set.prompt_ids.size(), max_tokens);
+  std::printf("\n%s, T = %.1f, %zu prompts x %s\n", prompts_path.c_str(), temperature, set.prompt_ids.size(),
+              request_limits_text(max_tokens, vary_max_tokens).c_str());
   std::printf("%-5s %-10s %9s %9s %9s %9s %8s %9s %8s %8s %11s %9s\n", "conc", "arm", "tok/s", "x none", "x conc1",
               "tok/rnd", "tree", "spec off", "step ms", "sched %", "model tok/s", "x none");
   for (int c : levels) {

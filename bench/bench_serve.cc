@@ -353,11 +353,8 @@ int bench_serve(int argc, char** argv) {
     }
     traces["arms"][arm] = t;
   }
-  const std::string lengths = vary_max_tokens ? cat(max_tokens / 2, "-", max_tokens / 2 + max_tokens,
-                                                    " tokens each (varied limits)")
-                                              : cat(max_tokens, " tokens each");
-  std::printf("bench serve: %d requests per rate, %s, max batch %d, temperature %.2f, %d threads\n", requests,
-              lengths.c_str(), max_batch, temperature, num_threads());
+  std::printf("bench serve: %d requests per rate of %s, max batch %d, temperature %.2f, %d threads\n", requests,
+              request_limits_text(max_tokens, vary_max_tokens).c_str(), max_batch, temperature, num_threads());
   print_serve_table(rows);
   std::ofstream(json_out) << json{{"model", model_dir}, {"drafter", drafter_dir}, {"requests", requests},
                                   {"max_tokens", max_tokens}, {"vary_max_tokens", vary_max_tokens},

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 
 namespace ts::bench {
 
@@ -13,6 +14,13 @@ namespace ts::bench {
 inline int request_max_tokens(int max_tokens, bool vary, size_t i) {
   if (!vary) return max_tokens;
   return std::max(1, max_tokens / 2 + int((37 * i) % size_t(max_tokens + 1)));
+}
+
+// What the limits are, for the benchmarks' headers: "64 tokens" or "32-96 tokens (varied limits)".
+inline std::string request_limits_text(int max_tokens, bool vary) {
+  if (!vary) return std::to_string(max_tokens) + " tokens";
+  return std::to_string(request_max_tokens(max_tokens, true, 0)) + "-" + std::to_string(max_tokens / 2 + max_tokens) +
+         " tokens (varied limits)";
 }
 
 }  // namespace ts::bench

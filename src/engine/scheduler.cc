@@ -353,19 +353,18 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
       // A probe-priced round that fell short of its optimistic price confirms the request is below its class: its
       // next probe comes twice as late. One that met it, or a round the policy chose by the request's own price,
       // starts the interval over (an exploration round of step 6 leaves it).
+      const SchedulerConfig& c = state.config;
       const auto work = work_of.find(o.id);
-      const SchedulerConfig& cfg = state.config;
       if (work != work_of.end() && work->second->probe_priced) {
-        const int longest = std::max(cfg.probe_interval, cfg.max_probe_interval);
+        const int longest = std::max(c.probe_interval, c.max_probe_interval);
         const bool fell_short = o.tokens_emitted < work->second->priced_tokens;
-        s->probe_interval = fell_short ? std::min(longest, 2 * request_probe_interval(cfg, *s)) : 0;
+        s->probe_interval = fell_short ? std::min(longest, 2 * request_probe_interval(c, *s)) : 0;
       } else if (!plan.probe) {
         s->probe_interval = 0;
       }
       // Averages start from a prior counted as prior_rounds rounds: the first measured rounds replace it within a
       // few rounds, and one unlucky first round moves it by a third, not all the way.
       const int cls = s->temperature > 0 ? 1 : 0;
-      const SchedulerConfig& c = state.config;
       const double prior_tokens = c.prior_tokens_per_round[cls];
       const double prior_nodes = std::max(1, std::min(s->node_cap, c.block_size / 2));
       auto ema = [](double weight, double old, double prior, double now) {
