@@ -539,6 +539,7 @@ StepReport Engine::step() {
     if (live.done()) o.finished = true;
     o.tokens_left = live.tokens_left();
   }
+  const int plain_steps_before = sched_.steps_since_draft;
   sched::update(sched_, plan, outcomes);
   for (RequestId id : plan.evict) {
     auto it = live_.find(id);
@@ -567,6 +568,7 @@ StepReport Engine::step() {
     seen.batch = report.batch;
     for (const RoundDecision& d : report.decisions) seen.drafting += d.speculate;
     seen.probe = plan.probe;
+    seen.plain_steps_before = plain_steps_before;
     try {
       seen.modelled_ms = step_cost_ms(*sched_.config.cost, report.batch, report.forward_rows, seen.drafting,
                                             plan.mean_context);

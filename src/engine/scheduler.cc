@@ -54,7 +54,7 @@ double draft_residual_ms(const SchedulerState& state, int batch) {
 }
 
 int plain_refresh_steps(const SchedulerConfig& config, double gain) {
-  const double steps = std::max(0.0, gain) / kPlainProbeBudget;
+  const double steps = (1 + kPlainSettleSteps) * std::max(0.0, gain) / kPlainProbeBudget;
   return int(std::min(std::max(steps, double(config.plain_probe_interval)), double(kPlainRefreshSteps)));
 }
 
@@ -232,9 +232,13 @@ void choose_speculating(const SchedulerState& state, Plan& plan, std::vector<Can
   }
   plan.adaptive_candidates = int(candidates.size());
   plan.policy_speculates = best > 0;
-  // Step 7: a bucket whose plain price is unmeasured or stale gets a plain step; the smaller the modelled gain, the
+  // Step 7: a bucket whose plain price is unmeasured or stale gets a plain probe; the smaller the modelled gain, the
   // sooner a price counts as stale. Only when no request outside the policy drafts anyway: a step with some
-  // drafting cannot measure it.
+  // drafting cannot measure it. A probe under way runs its settling steps plain (and explores nothing meanwhile).
+  if (state.plain_probe_left > 0 && base.drafting == 0) {
+    plan.plain_probe = best > 0;
+    return;
+  }
   const int bucket = batch_bucket(plan.batch);
   const int since_plain = state.steps_since_plain[bucket];
   const double gain = best_rate / std::max(plain_rate, 1e-12) - 1;
@@ -271,7 +275,10 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   const int bucket = batch_bucket(step.batch);
   const double residual = step.actual_ms - step.modelled_ms;
   if (step.drafting == 0) {
-    if (state.plain_observed++ >= kResidualWarmupSteps) {
+    // The process's first plain steps are warm-up, settled or not; an unsettled one still pays for the drafting
+    // before it.
+    const bool warm = state.plain_observed++ >= kResidualWarmupSteps;
+    if (warm && step.plain_steps_before >= kPlainSettleSteps) {
       ResidualWindow& window = state.plain_residual[bucket];
       if (state.plain_window_stale[bucket]) window.keep_newest(1);
       state.plain_window_stale[bucket] = false;
@@ -311,11 +318,17 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
   std::vector<RequestId> gone(plan.evict.begin(), plan.evict.end());
   for (RequestId id : plan.admit)
     if (SeqView* s = find(id); s && s->phase == Phase::Waiting) s->phase = Phase::Prefill;
-  // Exploration bookkeeping (schedule() step 6) and the step counters.
+  // Exploration bookkeeping (schedule() step 6), the plain probe's settling steps (step 7) and the step counters.
+  bool drafted = false;
+  for (const DecodeWork& d : plan.decode) drafted |= d.speculate;
+  state.steps_since_draft = drafted ? 0 : std::min(state.steps_since_draft + 1, 1 << 20);
+  if (drafted) {
+    state.plain_probe_left = 0;  // the probe was cut short: its next step would measure nothing
+  } else if (plan.batch > 0 && (plan.plain_probe || state.plain_probe_left > 0)) {
+    state.plain_probe_left = state.plain_probe_left > 0 ? state.plain_probe_left - 1 : kPlainSettleSteps;
+  }
   if (plan.batch > 0) {
     ++state.decode_steps;
-    bool drafted = false;
-    for (const DecodeWork& d : plan.decode) drafted |= d.speculate;
     state.speculative_steps += drafted;
     state.probe_steps += plan.probe;
     state.plain_probe_steps += plan.plain_probe;

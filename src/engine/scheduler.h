@@ -44,13 +44,18 @@
 //      request drafts, so a policy that keeps speculating at a load would never learn that plain steps there cost
 //      less than the curve says (a start-up measurement disturbed by a busy machine priced L(4, 1) at 1.6x a real
 //      batch-4 step, and speculation ran at 0.93x plain decoding's throughput). When adaptive requests have
-//      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, the step runs
+//      speculated plain_probe_interval steps in a row at a bucket whose plain residual is unmeasured, the steps run
 //      plain (a plain probe; only when every drafting request is adaptive, so the step is wholly plain). A measured
 //      price goes stale while the policy speculates (it may have been learned under conditions that pass, such as
 //      the slow first decode steps after a prefill or an idle spell: docs/benchmarks.md), so it is re-measured
 //      after plain_refresh_steps(gain) speculating steps, gain being the step's modelled gain over running plain:
-//      a plain probe costs about that gain for one step, so the policy spends at most kPlainProbeBudget of its
-//      throughput on them, and re-measures most often where the decision is closest.
+//      a plain probe costs about that gain for each of its steps, so the policy spends at most kPlainProbeBudget
+//      of its throughput on them, and re-measures most often where the decision is closest. A plain step right
+//      after a drafting step still pays for it (where the weights live in a shared L3, the first plain steps after
+//      a round cost more than settled ones, less and less: docs/benchmarks.md), so only a plain step that follows
+//      at least kPlainSettleSteps wholly plain steps teaches the plain price, and a plain probe runs that many
+//      steps before the one it measures. Learned from the unsettled steps, the plain price read high exactly where
+//      speculation ran, and rounds that lost to settled plain decoding looked even.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count
@@ -152,8 +157,12 @@ constexpr int kResidualWarmupSteps = 2;
 // drafting since its last wholly plain step).
 constexpr double kPlainProbeBudget = 0.005;
 constexpr int kPlainRefreshSteps = 512;
+// Wholly plain steps a plain step must follow (since the last step in which some request drafted) for its cost to
+// teach the plain price; a plain probe is this many settling steps and then the measured one.
+constexpr int kPlainSettleSteps = 3;
 // The speculating steps after which a measured plain price is re-measured, at a modelled gain over plain decoding
-// (best rate / plain rate - 1): gain / kPlainProbeBudget, within [plain_probe_interval, kPlainRefreshSteps].
+// (best rate / plain rate - 1): (kPlainSettleSteps + 1) * gain / kPlainProbeBudget (a probe's steps each cost about
+// the gain), within [plain_probe_interval, kPlainRefreshSteps].
 int plain_refresh_steps(const SchedulerConfig& config, double gain);
 
 struct SchedulerState {
@@ -187,6 +196,11 @@ struct SchedulerState {
   // older values describe conditions that may have passed: its next observation keeps only the window's newest
   // value beside it (the lower median of the two: one outlier cannot set the price).
   bool plain_window_stale[kBatchBuckets] = {};
+  // Steps since the last one in which some request drafted (every step counts, prefill-only ones too); a fresh
+  // state counts as settled.
+  int steps_since_draft = kPlainSettleSteps;
+  // Settling steps the current plain probe still runs before the step it measures (0: none running).
+  int plain_probe_left = 0;
   // Counters for metrics: decode steps, those in which some request speculated, probes among them, and plain probes
   // (steps run plain to measure the plain price, step 7).
   int64_t decode_steps = 0, speculative_steps = 0, probe_steps = 0, plain_probe_steps = 0;
@@ -196,11 +210,14 @@ struct SchedulerState {
 // actual_ms where the cost model predicted modelled_ms (step_cost_ms for the rows it ran); `probe`: the plan's.
 // modelled_plain_ms: what the model prices the same batch at with nobody drafting (step_cost_ms(b, b, 0)); it
 // bounds the learned per-request residual from below, so a curve that overprices rounds can be corrected down to,
-// never below, a plain step's price (0: the residual stays >= 0).
+// never below, a plain step's price (0: the residual stays >= 0). plain_steps_before: wholly plain steps between
+// the last drafting step and this one (SchedulerState::steps_since_draft before update()); a plain step with fewer
+// than kPlainSettleSteps teaches nothing.
 struct StepObservation {
   int batch = 0;
   int drafting = 0;
   bool probe = false;
+  int plain_steps_before = kPlainSettleSteps;
   double actual_ms = 0, modelled_ms = 0, modelled_plain_ms = 0;
 };
 void observe_step(SchedulerState& state, const StepObservation& step);
@@ -243,7 +260,8 @@ struct Plan {
   int adaptive_candidates = 0;        // adaptive requests that could speculate this step
   bool policy_speculates = false;     // the policy chose speculation for some of them by price
   bool probe = false;                 // none paid, and one speculates to explore (schedule() step 6)
-  bool plain_probe = false;           // speculation paid, and the step runs plain to measure the plain price (step 7)
+  bool plain_probe = false;           // speculation paid, and the step runs plain to measure the plain price (step 7):
+                                      // one of a probe's settling steps, or the measured one
 };
 
 Plan schedule(const SchedulerState& state);
