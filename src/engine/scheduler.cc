@@ -338,10 +338,7 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     if (!drafted && interval > 0 && since_plain >= interval) state.plain_window_stale[bucket] = true;
     since_plain = drafted ? since_plain + 1 : 0;
   }
-  if (plan.policy_speculates) {
-    state.steps_without_draft = 0;
-    state.probe_interval = state.config.probe_interval;
-  } else if (plan.probe) {
+  if (plan.policy_speculates || plan.probe) {
     state.steps_without_draft = 0;
   } else if (plan.adaptive_candidates > 0) {
     ++state.steps_without_draft;

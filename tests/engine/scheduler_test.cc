@@ -725,8 +725,7 @@ TEST(Scheduler, ACurveThatOverpricesRoundsDoesNotKeepSpeculationOff) {
   EXPECT_LT(draft_residual_ms(st, 1), 0);
 }
 
-// A probe that finds the estimate too pessimistic keeps the interval short; the policy speculating by itself
-// resets it.
+// A probe that finds the estimate too pessimistic keeps the interval short.
 TEST(Scheduler, ProbeIntervalResetsWhenAProbeFindsRoundsCheaper) {
   const CostModel curve = memory_bound_curve();
   SchedulerState st = one_long_request(curve);
@@ -735,6 +734,25 @@ TEST(Scheduler, ProbeIntervalResetsWhenAProbeFindsRoundsCheaper) {
   simulate_policy(st, 400, [](int) { return 0.2; });
   EXPECT_EQ(st.probe_interval, st.config.probe_interval);
   EXPECT_TRUE(schedule(st).policy_speculates);
+}
+
+// Rounds the policy chooses by price restart exploration's countdown, not its interval. Under serving load a busy
+// batch's marginal requests speculate now and then; each such round used to reset the interval to probe_interval,
+// so probes that kept confirming speculation did not pay there came every 8-16 steps instead of every 64 (30-45
+// exploration rounds in 900 steps of a batch-8 serve run, each losing to a plain step).
+TEST(Scheduler, RoundsChosenByPriceRestartTheCountdownNotTheInterval) {
+  const CostModel curve = memory_bound_curve();
+  SchedulerState st = one_long_request(curve);
+  st.probe_interval = st.config.max_probe_interval;  // grown by probes that confirmed the estimate
+  st.steps_without_draft = 40;
+  const Plan p = schedule(st);  // 3 tokens per round: pays on the curve
+  ASSERT_TRUE(p.policy_speculates);
+  ASSERT_FALSE(p.probe);
+  SeqOutcome o;
+  o.id = p.decode[0].id, o.speculated = true, o.committed = o.tokens_emitted = 3, o.tree_nodes = 4;
+  update(st, p, {o});
+  EXPECT_EQ(st.steps_without_draft, 0);
+  EXPECT_EQ(st.probe_interval, st.config.max_probe_interval);
 }
 
 TEST(Scheduler, MovingAveragesFollowTheOutcomes) {
