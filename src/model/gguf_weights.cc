@@ -208,8 +208,10 @@ kernels::Linear GgufWeights::linear_of_parts(const std::vector<const io::GgufTen
     requantized_.push_back(first_name);
     return kernels::Linear(values, only, int(total_rows), int(in), widest);
   }
-  if (const auto quant = plan.quant_for(role, int(in)))
+  if (const auto quant = plan.quant_for(role, int(in))) {
+    ++quantized_by_plan_;
     return kernels::Linear(values, only, int(total_rows), int(in), *quant);
+  }
   return kernels::Linear(values, only, int(total_rows), int(in), plan.compute);
 }
 

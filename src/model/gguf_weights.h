@@ -1,7 +1,8 @@
 // A target's tensors read from a GGUF file by their Hugging Face names (model/gguf_model.h maps the names and
 // restores the rows llama.cpp's converter permuted), as a LayerSource for load_layer.
 //
-// Formats: F32, F16 and BF16 tensors are read as floats and take the load's WeightPlan (so --quantize applies);
+// Formats: F32, F16 and BF16 tensors are read as floats and take the load's WeightPlan (so --quantize applies;
+// quantized_by_plan() counts them, and TargetModel::load says when a requested format applied to none);
 // Q8_0, Q4_0, Q4_K and Q6_K tensors run as stored on the integer GEMM. A fused product (q/k/v, gate/up) whose
 // parts are stored in different quantized formats (llama.cpp's Q4_K_M gives attn_v Q6_K beside Q4_K q and k) is a
 // stacked Linear of its parts, each as stored. Only a product mixing float and quantized parts is dequantized and
@@ -33,6 +34,8 @@ class GgufWeights {
   io::TensorRef embedding(int64_t vocab, int64_t hidden, std::vector<uint16_t>* owned) const;
   // Fused products re-quantized because their parts' formats differed (see above).
   const std::vector<std::string>& requantized() const { return requantized_; }
+  // Float products the plan quantized (so far): 0 where every matrix was stored quantized and ran as stored.
+  int quantized_by_plan() const { return quantized_by_plan_; }
 
  private:
   const io::GgufTensor& find(const std::string& hf_name, int64_t rows, int64_t cols) const;
@@ -55,6 +58,7 @@ class GgufWeights {
   std::string arch_;
   int head_dim_;
   mutable std::vector<std::string> requantized_;
+  mutable int quantized_by_plan_ = 0;
   // Fused products' parts are stacked here before packing: one buffer for every layer, so its pages are faulted in
   // once (on a VM fresh pages cost about as much as the copy).
   mutable std::vector<uint8_t> stacked_;

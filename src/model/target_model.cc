@@ -56,6 +56,12 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
              " (config.json says tie_word_embeddings=false)");
     m->lm_head_ = source.linear({"lm_head.weight"}, {c.vocab_size}, c.hidden_size, plan, MatrixRole::LmHead);
   }
+  if (gguf_weights && options.weights != WeightScheme::Native && gguf_weights->quantized_by_plan() == 0) {
+    // Nothing took the requested format: say so, and label the weights by what they are (weight_format()).
+    std::fprintf(stderr, "treespark: %s: weight format %s applies to none of its matrices: they are stored quantized "
+                 "and run as stored\n", dir.c_str(), weight_scheme_name(options.weights));
+    m->weight_scheme_ = WeightScheme::Native;
+  }
   if (gguf_weights && !gguf_weights->requantized().empty()) {
     std::fprintf(stderr, "treespark: %s: %zu fused products had parts in different formats and were re-quantized "
                  "to the finest of them (first: %s)\n", dir.c_str(), gguf_weights->requantized().size(),

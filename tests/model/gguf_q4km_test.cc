@@ -60,6 +60,14 @@ TEST_P(GgufQ4KM, FileRunsAsStoredAndEqualsTheQuantizedFolder) {
   ASSERT_EQ(why, "");
 
   auto from_gguf = TargetModel::load(dir + "/model.gguf");
+  EXPECT_EQ(from_gguf->weight_format().rfind("stored (", 0), 0u) << from_gguf->weight_format();
+  // Every matrix is stored quantized: a requested format applies to none, and the weights are labelled as stored,
+  // not as the request.
+  LoadOptions q8;
+  q8.weights = WeightScheme::Q8_0;
+  auto asked_q8 = TargetModel::load(dir + "/model.gguf", q8);
+  EXPECT_EQ(asked_q8->weight_format(), from_gguf->weight_format());
+  EXPECT_EQ(asked_q8->weight_bytes(), from_gguf->weight_bytes());
   LoadOptions lo;
   lo.weights = WeightScheme::Q4_K_M;
   auto folder = TargetModel::load(dir + "/folder", lo);
