@@ -321,6 +321,7 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
   // Exploration bookkeeping (schedule() step 6), the plain probe's settling steps (step 7) and the step counters.
   bool drafted = false;
   for (const DecodeWork& d : plan.decode) drafted |= d.speculate;
+  const bool settled_plain = !drafted && state.steps_since_draft >= kPlainSettleSteps;  // one that teaches the price
   state.steps_since_draft = drafted ? 0 : std::min(state.steps_since_draft + 1, 1 << 20);
   if (drafted) {
     state.plain_probe_left = 0;  // the probe was cut short: its next step would measure nothing
@@ -336,7 +337,10 @@ void update(SchedulerState& state, const Plan& plan, const std::vector<SeqOutcom
     int& since_plain = state.steps_since_plain[bucket];
     const int interval = state.config.plain_probe_interval;
     if (!drafted && interval > 0 && since_plain >= interval) state.plain_window_stale[bucket] = true;
-    since_plain = drafted ? since_plain + 1 : 0;
+    // Unsettled plain steps teach nothing, so they leave the count: where rounds and plain steps alternate, the
+    // price is still refreshed (by a probe) after so many speculating steps.
+    if (drafted) ++since_plain;
+    if (settled_plain) since_plain = 0;
   }
   if (plan.policy_speculates || plan.probe) {
     state.steps_without_draft = 0;

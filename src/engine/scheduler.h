@@ -57,7 +57,9 @@
 //      a round cost more than settled ones, less and less: docs/benchmarks.md), so only a plain step that follows
 //      at least kPlainSettleSteps wholly plain steps teaches the plain price, and a plain probe runs that many
 //      steps before the one it measures. Learned from the unsettled steps, the plain price read high exactly where
-//      speculation ran, and rounds that lost to settled plain decoding looked even.
+//      speculation ran, and rounds that lost to settled plain decoding looked even. The speculating steps toward a
+//      probe count from the last settled plain step, so where rounds and plain steps alternate the price is still
+//      refreshed.
 // The residuals (what each step costs beyond the modelled forward) are robust estimates: per live-batch bucket
 // (1, 2-3, 4-7, 8-15, 16+) the lower median of the last ResidualWindow::kSize observations, after the process's
 // first kResidualWarmupSteps plain steps and each bucket's first kResidualWarmupSteps drafting steps with each count
@@ -193,7 +195,8 @@ struct SchedulerState {
   // Exploration (step 6 of schedule()).
   int steps_without_draft = 0;  // consecutive decode steps in which adaptive requests could speculate and none did
   int probe_interval = 0;       // the current interval; 0 = config.probe_interval
-  int steps_since_plain[kBatchBuckets] = {};  // per bucket: decode steps with some request drafting since a plain one
+  // Per bucket: decode steps with some request drafting since a settled plain step (one that teaches the price).
+  int steps_since_plain[kBatchBuckets] = {};
   // Per bucket: a plain step ended plain_probe_interval or more drafting steps there, so the plain residual's
   // older values describe conditions that may have passed: its next observation keeps only the window's newest
   // value beside it (the lower median of the two: one outlier cannot set the price).

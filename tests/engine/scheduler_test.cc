@@ -676,6 +676,40 @@ TEST(Scheduler, PlainStepsStillPayingForTheRoundsBeforeThemDoNotSetThePlainPrice
   EXPECT_GE(count(speculated, steps - 600), 1) << "still exploring";
 }
 
+// Rounds and plain steps that alternate (a busy batch whose requests speculate by turns) leave no settled plain
+// step to teach the plain price. It is still refreshed: unsettled plain steps do not restart the count of
+// speculating steps toward a plain probe (they did, so the price went unrefreshed for as long as the alternation
+// lasted).
+TEST(Scheduler, APlainPriceIsRefreshedWhereRoundsAndPlainStepsAlternate) {
+  const CostModel curve = memory_bound_curve();
+  SchedulerState st = one_long_request(curve);  // 3 tokens per round: speculation pays
+  for (int i = 0; i < kResidualWarmupSteps + 1; ++i) {  // a measured plain price
+    StepObservation o;
+    o.batch = 1, o.modelled_ms = 10.0, o.actual_ms = 10.0;
+    observe_step(st, o);
+  }
+  ASSERT_EQ(st.plain_residual[0].count, 1);
+  const int refresh = plain_refresh_steps(st.config, 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1);
+  int plain_probe_steps = 0, first_probe = -1;
+  for (int i = 0; i < 2 * refresh + 40; ++i) {
+    Plan p = schedule(st);
+    ASSERT_EQ(p.decode.size(), 1u);
+    if (p.plain_probe) {
+      ++plain_probe_steps;
+      if (first_probe < 0) first_probe = i;
+    } else if (i % 2 == 1 && st.plain_probe_left == 0) {
+      p.decode[0].speculate = false;  // every other step runs plain, for reasons outside this request's price
+    }
+    SeqOutcome o;
+    o.id = p.decode[0].id, o.speculated = p.decode[0].speculate;
+    o.committed = o.tokens_emitted = o.speculated ? 3 : 1;
+    o.tree_nodes = o.speculated ? 4 : 0;
+    update(st, p, {o});
+  }
+  EXPECT_EQ(plain_probe_steps, kPlainSettleSteps + 1) << "one whole probe";
+  EXPECT_NEAR(first_probe, 2 * refresh, 2) << "after refresh speculating steps, one every other step";
+}
+
 // The refresh interval: every plain_probe_interval speculating steps where the gain is marginal, (kPlainSettleSteps
 // + 1) * gain / kPlainProbeBudget steps above that (a probe's steps each cost about the gain), at most
 // kPlainRefreshSteps.
