@@ -295,12 +295,15 @@ void observe_step(SchedulerState& state, const StepObservation& step) {
   if (state.draft_observed[bucket][batch_bucket(step.drafting)]++ >= kResidualWarmupSteps)
     state.draft_residual[bucket].add(per_request);
   if (!step.probe) return;
-  // A probe that found rounds clearly cheaper than the estimate it tested (by kProbeRelief) looks again soon; one
-  // that confirmed it (within noise) backs off, so where speculation does not pay the probes' cost shrinks toward
-  // one round per max_probe_interval steps however noisy the rounds are.
-  constexpr double kProbeRelief = 0.75;
+  // A probe that found rounds clearly cheaper than the estimate it tested looks again soon; one that confirmed it
+  // (within noise) backs off, so where speculation does not pay the probes' cost shrinks toward one round per
+  // max_probe_interval steps however noisy the rounds are. Clearly: by more than kProbeRelief of the estimate and
+  // more than kStepNoise of the step's modelled cost (per drafting request): a small estimate (a round that costs
+  // little beyond the curve) is not refuted by a step that ran a few percent fast.
+  constexpr double kProbeRelief = 0.25, kStepNoise = 0.05;
   const SchedulerConfig& c = state.config;
-  const double slack = (1 - kProbeRelief) * std::abs(estimate_before);  // estimates may be negative (see above)
+  const double slack = std::max(kProbeRelief * std::abs(estimate_before),  // estimates may be negative (see above)
+                                kStepNoise * step.modelled_ms / step.drafting);
   if (held_before && per_request >= estimate_before - slack) {
     state.probe_interval = std::min(std::max(c.probe_interval, c.max_probe_interval), 2 * current_probe_interval(state));
   } else {

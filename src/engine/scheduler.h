@@ -36,8 +36,8 @@
 //   6. explores: every price is learned, and a price learned wrong must not keep speculation off for good. When
 //      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
 //      efficient candidate speculates whatever the price says, and its round is measured like any other. The
-//      interval starts at config.probe_interval, is reset when a probe measures a round at least 25% cheaper than
-//      the estimate it tested, and doubles (up to max_probe_interval) after a probe that confirms the estimate. A
+//      interval starts at config.probe_interval, is reset when a probe measures a round cheaper than the estimate
+//      it tested by at least 25% of it and 5% of the step's cost (less is a step's noise), and doubles (up to max_probe_interval) after a probe that confirms the estimate. A
 //      round the policy chooses by price restarts the count of plain steps, not the interval: under load, a busy
 //      batch's marginal requests that speculate now and then would otherwise bring a probe every few steps. Where
 //      speculation truly does not pay, exploration costs at most one round of one request every

@@ -770,6 +770,29 @@ TEST(Scheduler, ProbeIntervalResetsWhenAProbeFindsRoundsCheaper) {
   EXPECT_TRUE(schedule(st).policy_speculates);
 }
 
+// "Clearly cheaper" is beyond a step's noise. Rounds that cost a little more than the curve says (a small positive
+// estimate) were "found 25% cheaper" by any probe whose step ran a few percent fast, and the interval went back to 8
+// after such probes (gaps of 9 steps between exploration rounds in a batch-8 serve run). Now a probe must also beat
+// the estimate by 5% of the step's modelled cost per drafting request.
+TEST(Scheduler, AProbeThatRanAFewPercentFastDoesNotResetTheInterval) {
+  const CostModel curve = memory_bound_curve();
+  auto observe = [](SchedulerState& st, int drafting, double modelled, double actual, bool probe) {
+    StepObservation o;
+    o.batch = 1, o.drafting = drafting, o.probe = probe, o.modelled_ms = modelled, o.actual_ms = actual;
+    o.modelled_plain_ms = 10.0;
+    observe_step(st, o);
+  };
+  SchedulerState st = one_long_request(curve);
+  for (int i = 0; i < kResidualWarmupSteps + 1; ++i) observe(st, 0, 10.0, 10.0, false);
+  for (int i = 0; i < kResidualWarmupSteps + 5; ++i) observe(st, 1, 11.0, 11.3, false);  // rounds 0.3 ms dear
+  ASSERT_NEAR(draft_residual_ms(st, 1), 0.3, 1e-9);
+  st.probe_interval = 32;
+  observe(st, 1, 11.0, 11.0, true);  // 0.3 ms (3%) under: noise
+  EXPECT_EQ(st.probe_interval, 64);
+  observe(st, 1, 11.0, 10.3, true);  // 1 ms (9%) under: clearly cheaper
+  EXPECT_EQ(st.probe_interval, st.config.probe_interval);
+}
+
 // Rounds the policy chooses by price restart exploration's countdown, not its interval. Under serving load a busy
 // batch's marginal requests speculate now and then; each such round used to reset the interval to probe_interval,
 // so probes that kept confirming speculation did not pay there came every 8-16 steps instead of every 64 (30-45
