@@ -37,11 +37,11 @@
 //      adaptive requests have decoded plainly for probe interval steps in a row, the step is a probe: its most
 //      efficient candidate speculates whatever the price says, and its round is measured like any other. The
 //      interval starts at config.probe_interval, is reset when a probe measures a round cheaper than the estimate
-//      it tested by at least 25% of it and 5% of the step's cost (less is a step's noise), and doubles (up to max_probe_interval) after a probe that confirms the estimate. A
-//      round the policy chooses by price restarts the count of plain steps, not the interval: under load, a busy
-//      batch's marginal requests that speculate now and then would otherwise bring a probe every few steps. Where
-//      speculation truly does not pay, exploration costs at most one round of one request every
-//      max_probe_interval + 1 steps.
+//      it tested by at least 25% of it and 5% of the step's cost (less is a step's noise), and doubles (up to
+//      max_probe_interval) after a probe that confirms the estimate. A round the policy chooses by price restarts
+//      the count of plain steps, not the interval: under load, a busy batch's marginal requests that speculate now
+//      and then would otherwise bring a probe every few steps. Where speculation truly does not pay, exploration
+//      costs at most one round of one request every max_probe_interval + 1 steps.
 //   7. measures the plain price too: the plain residual of a batch bucket is learned only from steps in which no
 //      request drafts, so a policy that keeps speculating at a load would never learn that plain steps there cost
 //      less than the curve says (a start-up measurement disturbed by a busy machine priced L(4, 1) at 1.6x a real

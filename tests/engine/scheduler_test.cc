@@ -689,7 +689,8 @@ TEST(Scheduler, APlainPriceIsRefreshedWhereRoundsAndPlainStepsAlternate) {
     observe_step(st, o);
   }
   ASSERT_EQ(st.plain_residual[0].count, 1);
-  const int refresh = plain_refresh_steps(st.config, 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1);
+  const double gain = 3 / step_cost_ms(curve, 1, 5, 1) * step_cost_ms(curve, 1, 1, 0) - 1;
+  const int refresh = plain_refresh_steps(st.config, gain);
   int plain_probe_steps = 0, first_probe = -1;
   for (int i = 0; i < 2 * refresh + 40; ++i) {
     Plan p = schedule(st);
