@@ -198,6 +198,40 @@ void Linear::forward(const float* x, int rows, float* y) const {
   kernels.linear_bf16(x, static_cast<const uint16_t*>(m.packed.get()), y, rows, m.out_features, m.in_features);
 }
 
+void Linear::forward_columns(const float* x, int rows, int col_begin, int col_end, float* y) const {
+  const Impl& m = *impl_;
+  TS_CHECK(rows >= 1 && 0 <= col_begin && col_begin < col_end && col_end <= m.out_features,
+           "Linear::forward_columns: columns [", col_begin, ", ", col_end, ") of ", m.out_features, " for ", rows,
+           " rows");
+  const int cols = col_end - col_begin;
+  const cpu::KernelTable& kernels = cpu::active_kernels();
+  if (m.quantized && m.parts.empty() && col_begin % cpu::kQGroup == 0) {
+    thread_local cpu::QuantizedRows acts;  // [rows, in / 32] blocks of x
+    const cpu::QgemmKernel kernel = kernels.qgemm->kernel;
+    cpu::quantize_rows(kernel, x, rows, m.in_features, &acts);
+    const size_t group_bytes = cpu::qgemm_packed_bytes(m.quant, cpu::kQGroup, m.in_features);
+    const uint8_t* groups = static_cast<const uint8_t*>(m.packed.get()) + group_bytes * (col_begin / cpu::kQGroup);
+    return cpu::qgemm(kernel, m.quant, acts, groups, y, cols, m.in_features);
+  }
+  if (!m.quantized && col_begin % cpu::kGroupCols == 0) {
+    const size_t group = size_t(col_begin / cpu::kGroupCols);
+    if (m.compute == DType::F32) {
+      const float* groups = static_cast<const float*>(m.packed.get()) + group * cpu::packed_elems_f32(1, m.in_features);
+      return kernels.linear_f32(x, groups, y, rows, cols, m.in_features);
+    }
+    // The groups after col_end lie where the amx GEMM's last k step may read past its last group: real weights
+    // instead of the zero slack, against zero activations, so they add nothing.
+    const uint16_t* groups =
+        static_cast<const uint16_t*>(m.packed.get()) + group * cpu::packed_elems_bf16(1, m.in_features);
+    return kernels.linear_bf16(x, groups, y, rows, cols, m.in_features);
+  }
+  thread_local std::vector<float> all;  // [rows, out_features]
+  all.resize(size_t(rows) * m.out_features);
+  forward(x, rows, all.data());
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(y + size_t(r) * cols, all.data() + size_t(r) * m.out_features + col_begin, sizeof(float) * cols);
+}
+
 void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const {
   const Impl& m = *impl_;
   TS_CHECK(acts.rows == rows, "Linear::forward_parts: ", acts.rows, " quantized rows for ", rows);

@@ -41,6 +41,10 @@ class Linear {
   // rows, on `rows` or on the thread count (bit-identical for every batch shape). avx2 and avx512 give the same
   // bits; avx512bf16 (vdpbf16ps, for bf16 compute) and scalar differ from them in the last bits.
   void forward(const float* x, int rows, float* y) const;
+  // Only output columns [col_begin, col_end): y: [rows, col_end - col_begin], each value bit for bit forward()'s.
+  // Where col_begin falls on a packed column group (64 float columns, 16 quantized; a stacked product's parts run
+  // whole) only those groups are computed; elsewhere the whole product runs and the columns are copied out.
+  void forward_columns(const float* x, int rows, int col_begin, int col_end, float* y) const;
 
   int out_features() const;
   int in_features() const;

@@ -86,19 +86,18 @@ void Drafter::embed(const int32_t* tokens, int n, float* x) const {
 
 void Drafter::extend_context(DrafterState& state, const float* taps, const int32_t* positions, int n) {
   if (n == 0) return;
-  const int H = config_.hidden_size, Q = shape_.q_dim(), KV = shape_.kv_dim();
+  const int H = config_.hidden_size, KV = shape_.kv_dim();
   ctx_.resize(size_t(n) * H);
   fc_.forward(taps, n, ctx_.data());
   kernels::rmsnorm(ctx_.data(), hidden_norm_.data(), ctx_.data(), n, H, shape_.eps);
   KVCache& cache = state.context;
   cache.begin_append(n);
-  q_.resize(size_t(n) * Q);
   block_kv_.resize(2 * size_t(n) * KV);  // [2, n, kv_dim]: this layer's k then v rows
   float* k_rows = block_kv_.data();
   float* v_rows = k_rows + size_t(n) * KV;
-  // The context enters every layer's k/v directly (no input norm); the q part of the fused product is unused.
+  // The context enters every layer's k/v directly (no input norm); it has no queries.
   for (int l = 0; l < config_.num_layers; ++l) {
-    project_qkv(layers_[l], shape_, ctx_.data(), positions, n, scratch_, q_.data(), k_rows, v_rows);
+    project_kv(layers_[l], shape_, ctx_.data(), positions, n, scratch_, k_rows, v_rows);
     cache.write_pending(l, 0, n, k_rows, v_rows);
   }
   cache.commit_all();

@@ -156,6 +156,24 @@ void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h,
                 shape.rope_attention_scale);
 }
 
+void project_kv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
+                LayerScratch& s, float* k_rows, float* v_rows) {
+  const int Q = shape.q_dim(), KV = shape.kv_dim();
+  s.qkv.resize(size_t(n) * 2 * KV);
+  w.qkv.forward_columns(h, n, Q, Q + 2 * KV, s.qkv.data());
+  for (int r = 0; r < n; ++r) {
+    float* row = &s.qkv[size_t(r) * 2 * KV];  // [k | v]
+    if (!w.qkv_bias.empty())
+      for (int i = 0; i < 2 * KV; ++i) row[i] += w.qkv_bias[Q + i];
+    std::memcpy(k_rows + size_t(r) * KV, row, sizeof(float) * KV);
+    std::memcpy(v_rows + size_t(r) * KV, row + KV, sizeof(float) * KV);
+  }
+  if (shape.qk_norm)
+    kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
+  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_inv_freq.data(),
+                shape.rope_attention_scale);
+}
+
 void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const float* attn, float* x, int n,
                        LayerScratch& s) {
   s.proj.resize(size_t(n) * shape.hidden);

@@ -83,6 +83,10 @@ struct LayerScratch {
 // points them at the cache rows they belong in).
 void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
                  LayerScratch& s, float* q_out, float* k_rows, float* v_rows);
+// project_qkv's k and v alone (a drafter's context rows need no queries): only the fused product's k/v columns
+// are computed, with the same bits.
+void project_kv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
+                LayerScratch& s, float* k_rows, float* v_rows);
 
 // x: [n, hidden] += MLP(post_norm(x)).
 void mlp_residual(const LayerWeights& w, const LayerShape& shape, float* x, int n, LayerScratch& s);

@@ -281,5 +281,47 @@ TEST_P(QuantizedLinear, StackedPartsEqualTheirOwnForwards) {
   EXPECT_THROW(kernels::Linear::stacked(std::move(bad)), Error);
 }
 
+// forward_columns gives forward()'s columns bit for bit: on the packed groups alone where the range starts on a
+// group (64 float columns, 16 quantized), through the whole product elsewhere (a stacked product, a ragged start),
+// for every row count and thread count. 1088 x 512 weights are threaded from one row on.
+TEST_P(QuantizedLinear, ForwardColumnsEqualsTheForwardsColumns) {
+  const int in = 512, out = 1088;
+  const std::vector<float> w = random_normal(size_t(out) * in, 0.05f, 41);
+  std::vector<kernels::Linear> products;
+  products.emplace_back(w.data(), DType::F32, out, in, DType::F32);
+  products.emplace_back(to_bf16_bits(w).data(), DType::BF16, out, in, DType::BF16);
+  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K})
+    products.emplace_back(w.data(), DType::F32, out, in, t);
+  std::vector<kernels::Linear> parts;
+  parts.emplace_back(w.data(), DType::F32, 512, in, QuantType::Q4_K);
+  parts.emplace_back(w.data() + size_t(512) * in, DType::F32, out - 512, in, QuantType::Q6_K);
+  products.push_back(kernels::Linear::stacked(std::move(parts)));
+  const std::vector<float> x = random_normal(size_t(17) * in, 1.0f, 43);
+  const int ranges[][2] = {{512, 1088}, {0, 64}, {256, 1024}, {64, 80}, {16, 1088}, {100, 700}, {1087, 1088}};
+  const int threads = num_threads();
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    for (const kernels::Linear& product : products) {
+      for (int rows : {1, 3, 8, 17}) {
+        std::vector<float> all(size_t(rows) * out);
+        product.forward(x.data(), rows, all.data());
+        for (const auto& range : ranges) {
+          const int cols = range[1] - range[0];
+          std::vector<float> got(size_t(rows) * cols, -1.0f);
+          product.forward_columns(x.data(), rows, range[0], range[1], got.data());
+          for (int r = 0; r < rows; ++r)
+            EXPECT_EQ(bit_differences(all.data() + size_t(r) * out + range[0], got.data() + size_t(r) * cols,
+                                      size_t(cols)), 0u)
+                << product.format_name() << " columns [" << range[0] << ", " << range[1] << ") threads " << t
+                << " rows " << rows << " row " << r;
+        }
+      }
+    }
+  }
+  set_num_threads(threads);
+  EXPECT_THROW(products[0].forward_columns(x.data(), 1, 64, 64, nullptr), Error);
+  EXPECT_THROW(products[0].forward_columns(x.data(), 1, 0, out + 1, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace ts::kernels
