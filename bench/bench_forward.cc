@@ -177,7 +177,7 @@ int bench_forward(int argc, char** argv) {
   std::unique_ptr<TargetModel> model = load_target(schemes[0]);
   configure_for_model(model->weight_bytes(), threads);
   if (isas.empty()) isas.push_back(active_isa());  // after configure_for_model: the variant this model gets
-  const ModelConfig& c = model->config();
+  const ModelConfig c = model->config();  // a copy: `model` is reloaded per weight format below
   std::fprintf(stderr, "model: %d layers, hidden %d, vocab %d; %s KV cache; %d threads\n", c.num_layers,
                c.hidden_size, c.vocab_size, dtype_name(model->kv_dtype()), num_threads());
 
