@@ -185,6 +185,7 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
     engine.add({prompt, o}, collect(&outs[r]));
   }
   RequestId cancelled = 0;
+  Output cancelled_out;  // outlives the engine's events for the cancelled request
   int steps = 0;
   while (!engine.idle()) {
     engine.step();
@@ -192,10 +193,9 @@ TEST(PrefixCacheEngine, CacheStaysInsideTheBudgetAndCancelledRequestsPinNothing)
     const EngineMetrics m = engine.metrics();
     ASSERT_LE(m.kv_cache_usage_perc, 1.0) << "step " << steps;
     if (++steps == 3) {  // one request mid-prefill: cancel it
-      Output dummy;
       std::vector<int32_t> longp(180, 3);
       RequestOptions o = options(DecodeMode::Tree, 0, 1, 5);
-      cancelled = engine.add({longp, o}, collect(&dummy));
+      cancelled = engine.add({longp, o}, collect(&cancelled_out));
     }
     if (steps == 200) engine.cancel(cancelled);
   }

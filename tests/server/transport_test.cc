@@ -19,6 +19,14 @@ std::string post_request(const std::string& body, const std::string& extra_field
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+// Whether the process's resident size bounds what the server holds. Under AddressSanitizer it does not: freed
+// memory (the tests' own 64 MiB request strings, in this process) stays in ASan's quarantine, hundreds of MB.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kResidentSizeMeaningful = false;
+#else
+constexpr bool kResidentSizeMeaningful = true;
+#endif
+
 double resident_mb() {
   long pages = 0, resident = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
@@ -70,7 +78,7 @@ TEST_F(ServerTest, SlowHeaderFloodStarvesNobody) {
     EXPECT_EQ(r->status, 200) << r->body;
   }
   EXPECT_GE(server_->open_connections(), n);
-  EXPECT_LT(resident_mb() - rss0, 64.0);
+  if (kResidentSizeMeaningful) EXPECT_LT(resident_mb() - rss0, 64.0);
   dripping = false;
   drip.join();
   for (int fd : slow) ::close(fd);
@@ -145,7 +153,7 @@ TEST_F(ServerTest, OversizedRequestLineHeaderFieldsAndChunkedBodyAreRefused) {
   r = one_response(port_, chunked + "0\r\n\r\n");
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(json::parse(r.body)["error"]["code"], "request_too_large");
-  EXPECT_LT(resident_mb() - rss0, 32.0);  // 64 MiB lines and a 4 MiB body were not buffered
+  if (kResidentSizeMeaningful) EXPECT_LT(resident_mb() - rss0, 32.0);  // 64 MiB lines, a 4 MiB body: not buffered
   auto health = get("/health");  // and the server is fine
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
