@@ -282,8 +282,8 @@ TEST_P(QuantizedLinear, StackedPartsEqualTheirOwnForwards) {
 }
 
 // forward_columns gives forward()'s columns bit for bit: on the packed groups alone where the range starts on a
-// group (64 float columns, 16 quantized), through the whole product elsewhere (a stacked product, a ragged start),
-// for every row count and thread count. 1088 x 512 weights are threaded from one row on.
+// group (64 float columns, 16 quantized; ending anywhere), through the whole product elsewhere (a stacked product,
+// a ragged start), for every row count and thread count. 1088 x 512 weights are threaded from one row on.
 TEST_P(QuantizedLinear, ForwardColumnsEqualsTheForwardsColumns) {
   const int in = 512, out = 1088;
   const std::vector<float> w = random_normal(size_t(out) * in, 0.05f, 41);
@@ -297,7 +297,8 @@ TEST_P(QuantizedLinear, ForwardColumnsEqualsTheForwardsColumns) {
   parts.emplace_back(w.data() + size_t(512) * in, DType::F32, out - 512, in, QuantType::Q6_K);
   products.push_back(kernels::Linear::stacked(std::move(parts)));
   const std::vector<float> x = random_normal(size_t(17) * in, 1.0f, 43);
-  const int ranges[][2] = {{512, 1088}, {0, 64}, {256, 1024}, {64, 80}, {16, 1088}, {100, 700}, {1087, 1088}};
+  const int ranges[][2] = {{512, 1088}, {0, 64},    {256, 1024}, {64, 80},
+                           {64, 150},   {16, 1088}, {100, 700},  {1087, 1088}};
   const int threads = num_threads();
   for (int t : {1, 2}) {
     set_num_threads(t);
