@@ -133,6 +133,17 @@ LayerWeights load_layer(const LayerSource& source, const std::string& prefix, co
   return w;
 }
 
+namespace {
+// k_rows: [n, kv_dim] -> the k norm (where the model has one), then RoPE at positions [n].
+void norm_and_rope_keys(const LayerWeights& w, const LayerShape& shape, const int32_t* positions, int n,
+                        float* k_rows) {
+  if (shape.qk_norm)
+    kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
+  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_inv_freq.data(),
+                shape.rope_attention_scale);
+}
+}  // namespace
+
 void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
                  LayerScratch& s, float* q_out, float* k_rows, float* v_rows) {
   const int Q = shape.q_dim(), KV = shape.kv_dim(), W = Q + 2 * KV;
@@ -146,14 +157,10 @@ void project_qkv(const LayerWeights& w, const LayerShape& shape, const float* h,
     std::memcpy(k_rows + size_t(r) * KV, row + Q, sizeof(float) * KV);
     std::memcpy(v_rows + size_t(r) * KV, row + Q + KV, sizeof(float) * KV);
   }
-  if (shape.qk_norm) {
-    kernels::rmsnorm(q_out, w.q_norm.data(), q_out, n * shape.heads, shape.head_dim, shape.eps);
-    kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
-  }
+  if (shape.qk_norm) kernels::rmsnorm(q_out, w.q_norm.data(), q_out, n * shape.heads, shape.head_dim, shape.eps);
   kernels::rope(q_out, positions, n, shape.heads, shape.head_dim, shape.rope_inv_freq.data(),
                 shape.rope_attention_scale);
-  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_inv_freq.data(),
-                shape.rope_attention_scale);
+  norm_and_rope_keys(w, shape, positions, n, k_rows);
 }
 
 void project_kv(const LayerWeights& w, const LayerShape& shape, const float* h, const int32_t* positions, int n,
@@ -168,10 +175,7 @@ void project_kv(const LayerWeights& w, const LayerShape& shape, const float* h, 
     std::memcpy(k_rows + size_t(r) * KV, row, sizeof(float) * KV);
     std::memcpy(v_rows + size_t(r) * KV, row + KV, sizeof(float) * KV);
   }
-  if (shape.qk_norm)
-    kernels::rmsnorm(k_rows, w.k_norm.data(), k_rows, n * shape.kv_heads, shape.head_dim, shape.eps);
-  kernels::rope(k_rows, positions, n, shape.kv_heads, shape.head_dim, shape.rope_inv_freq.data(),
-                shape.rope_attention_scale);
+  norm_and_rope_keys(w, shape, positions, n, k_rows);
 }
 
 void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const float* attn, float* x, int n,
