@@ -17,6 +17,7 @@
 
 #include "benches.h"
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/timer.h"
 #include "decode_flags.h"
 #include "engine/cost_curve.h"
@@ -54,6 +55,20 @@ struct ArmResult {
   double tok_s() const { return wall_ms > 0 ? 1000.0 * tokens / wall_ms : 0; }
   double modelled_tok_s() const { return modelled_ms > 0 ? 1000.0 * tokens / modelled_ms : 0; }
 };
+
+// The arms named (a chain arm answers to "chain" whatever its length), none first: the ratios are to it.
+std::vector<Arm> select_arms(const std::vector<Arm>& all, const std::vector<std::string>& names) {
+  if (names.empty()) return all;
+  const auto key = [](const Arm& a) { return a.mode == DecodeMode::Chain ? std::string("chain") : a.name; };
+  for (const std::string& n : names) {
+    const bool known = std::any_of(all.begin(), all.end(), [&](const Arm& a) { return key(a) == n; });
+    if (!known) throw Error("--arms: unknown arm '" + n + "' (none, chain, treespark, adaptive, adapt-fixcal)");
+  }
+  std::vector<Arm> chosen = {all.front()};
+  for (size_t i = 1; i < all.size(); ++i)
+    if (std::find(names.begin(), names.end(), key(all[i])) != names.end()) chosen.push_back(all[i]);
+  return chosen;
+}
 
 ArmResult run_arm(ModelBundle& bundle, const std::vector<std::vector<int32_t>>& prompts, const Arm& arm, int concurrency,
                   float temperature, int max_tokens, bool vary_max_tokens, const CostModel& cost, uint64_t seed,
@@ -178,12 +193,23 @@ int bench_engine(int argc, char** argv) {
   std::string quantize = "native", drafter_quantize = "auto";
   cli::add_quantize_option(app, &quantize);
   cli::add_drafter_quantize_option(app, &drafter_quantize);
+  std::vector<std::string> arm_names;
+  app.add_option("--arms", arm_names,
+                 "arms to run besides none (the baseline, always run): chain, treespark (fixed theta), adaptive, "
+                 "adapt-fixcal (default: all)")
+      ->delimiter(',');
   app.add_option("--json", json_out);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const std::vector<Arm> all_arms = {{"none", DecodeMode::None, 0, 1, 1, false},
+                                     {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
+                                     {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
+                                     {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true},
+                                     {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
+  const std::vector<Arm> arms = select_arms(all_arms, arm_names);
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
@@ -212,11 +238,6 @@ int bench_engine(int argc, char** argv) {
     std::printf("  F=%.2f\n", cost.fixed_cost_ms(cost.batches[i]));
   }
 
-  const std::vector<Arm> arms = {{"none", DecodeMode::None, 0, 1, 1, false},
-                                 {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
-                                 {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
-                                 {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true},
-                                 {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, double> at_one;
   std::printf("\n%s, T = %.1f, %zu prompts x %s\n", prompts_path.c_str(), temperature, set.prompt_ids.size(),

@@ -1,7 +1,8 @@
 #!/bin/bash
 # `treespark bench engine` end to end on a tiny random pair (what it measures is not asserted: timings are not
-# tests): with --vary-max-tokens request i's limit runs from max-tokens / 2 to 1.5 x max-tokens, so every arm
-# generates the sum of those limits where one limit for all generates prompts x max-tokens.
+# tests): --arms picks the arms beside the baseline; with --vary-max-tokens request i's limit runs from
+# max-tokens / 2 to 1.5 x max-tokens, so every arm generates the sum of those limits where one limit for all
+# generates prompts x max-tokens.
 #   engine_cli_test.sh <treespark binary>
 source "$(dirname "$0")/../cli/common.sh" "$@"
 
@@ -24,4 +25,16 @@ assert {r["tokens"] for r in same} == {32}, [(r["arm"], r["tokens"]) for r in sa
 assert {r["tokens"] for r in varied} == {22}, [(r["arm"], r["tokens"]) for r in varied]
 assert all(r["vary_max_tokens"] for r in varied) and not any(r["vary_max_tokens"] for r in same)
 PY
-echo "bench engine --vary-max-tokens OK"
+# --arms runs the baseline and the arms named, and refuses a name it does not know.
+run two --arms chain,adaptive
+/usr/bin/python3 - "$dir/two.json" <<'PY' || fail "--arms chain,adaptive did not run none, chain-4 and adaptive"
+import json, sys
+arms = [r["arm"] for r in json.load(open(sys.argv[1]))]
+assert arms == ["none", "chain-4", "adaptive"], arms
+PY
+if "$bin" bench engine --model "$dir/target" --drafter "$dir/drafter" --prompts "$dir/prompts.jsonl" \
+    --arms adaptive,fast > "$dir/bad.out" 2>&1; then
+  fail "--arms fast was accepted"
+fi
+grep -q "unknown arm 'fast'" "$dir/bad.out" || { cat "$dir/bad.out"; fail "no error naming the unknown arm"; }
+echo "bench engine --vary-max-tokens, --arms OK"
