@@ -204,11 +204,12 @@ int bench_engine(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const std::vector<Arm> all_arms = {{"none", DecodeMode::None, 0, 1, 1, false},
-                                     {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
-                                     {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
-                                     {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true},
-                                     {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
+  const std::vector<Arm> all_arms = {
+      {"none", DecodeMode::None, 0, 1, 1, false},
+      {"chain-" + std::to_string(chain_len), DecodeMode::Chain, 0, chain_len, chain_len, false},
+      {"treespark", DecodeMode::Tree, 0.05, 64, 4, false},
+      {"adaptive", DecodeMode::Tree, 0.0, 64, 4, true},
+      {"adapt-fixcal", DecodeMode::Tree, 0.0, 64, 4, true, false}};
   const std::vector<Arm> arms = select_arms(all_arms, arm_names);
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
   bundle.set_kv_dtype(kv_dtype);
