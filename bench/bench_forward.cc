@@ -315,6 +315,18 @@ int bench_forward(int argc, char** argv) {
                       {"k8_floor", floor_ratio(8)},
                       {"k16_floor", floor_ratio(16)},
                       {"prefill_over_decode_ceiling", k1 / row_ms}});
+    // The same at the rate of a tile's whole per-row block work (int8_block_macs_per_ns): the floor a quantized
+    // kernel of this design approaches, where the line above counts the integer products alone.
+    const double block_rate = integer ? int8_block_macs_per_ns(v.isa) * num_threads() : 0;
+    if (block_rate > 0) {
+      const double block_row_ms = gemm_macs_per_row / block_rate / 1e6;
+      const auto block_floor = [&](int k) { return std::max(k1, k * block_row_ms) / k1; };
+      std::printf("%-11s %-8s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), "i8 block", block_rate,
+                  block_row_ms, block_floor(8), block_floor(16), k1 / block_row_ms);
+      floors.back()["block_macs_per_ns"] = block_rate;
+      floors.back()["block_k8_floor"] = block_floor(8);
+      floors.back()["block_k16_floor"] = block_floor(16);
+    }
   }
   nlohmann::json drafter_json;
   if (!drafter_dir.empty()) drafter_json = bench_drafter(drafter_dir, *model, context, batches, reps, variants);

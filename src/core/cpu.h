@@ -66,6 +66,11 @@ double gemm_peak_macs_per_ns(Isa isa);
 // On the CPUs seen, vpdpbusd and f32 FMAs share the same two pipes, so each float op a kernel adds per integer
 // block costs a vpdpbusd's slot.
 double int8_peak_macs_per_ns(Isa isa);
+// One core's multiply-adds per ns through a quantized tile's per-row work for a 32-value block (8 vpdpbusd with
+// broadcast activation quads, the float conversion, the scale product and the FMA into the row's accumulator): the
+// rate a tile of many rows approaches at best, below int8_peak_macs_per_ns by those extra operations. The zmm VNNI
+// kernel's only (avx512, avx512bf16, amx where the CPU has AVX512-VNNI); 0 elsewhere (not probed).
+double int8_block_macs_per_ns(Isa isa);
 // The variant the kernels run now: set_isa's choice, else $TREESPARK_ISA, else best_isa(). Throws ts::Error
 // (naming the variant and the missing CPU features) when $TREESPARK_ISA asks for something this CPU lacks or
 // is not a variant's name.

@@ -43,6 +43,22 @@ done
 gb() { grep -E "$1" "$dir/stdout" | tail -n 1 | awk '{for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+\.[0-9]+$/) { print $i; exit }}'; }
 awk -v a="$(gb '^bf16 ')" -v b="$(gb '^q8_0 ')" -v c="$(gb '^q4_0 ')" 'BEGIN { exit !(a > b && b > c) }' ||
   fail "weight GB should shrink bf16 > q8_0 > q4_0: $(gb '^bf16 ') $(gb '^q8_0 ') $(gb '^q4_0 ')"
+# The integer floor at the tile's block-work rate: probed (and printed) where the quantized GEMM runs the zmm VNNI
+# kernel, absent elsewhere.
+vnni=0
+if grep -qw avx512_vnni /proc/cpuinfo && [[ "${TREESPARK_ISA:-}" != scalar && "${TREESPARK_ISA:-}" != avx2 ]]; then vnni=1; fi
+/usr/bin/python3 - "$dir/q.json" "$vnni" <<'PY' || { cat "$dir/stdout"; fail "the int8 block-work floor is missing or wrong"; }
+import json, sys
+floors = [f for f in json.load(open(sys.argv[1]))["compute_floors"] if f["product"] == "int8"]
+assert floors, "no int8 floor"
+for f in floors:
+    if sys.argv[2] == "1":
+        assert 0 < f["block_macs_per_ns"] < 1.25 * f["peak_macs_per_ns"], f
+        assert f["block_k16_floor"] >= 1.0, f
+    else:
+        assert "block_macs_per_ns" not in f, f
+PY
+if [[ $vnni == 1 ]]; then grep -qE '^[a-z0-9]+ +i8 block ' "$dir/stdout" || { cat "$dir/stdout"; fail "no i8 block line"; }; fi
 if "$bin" bench forward --model "$dir/model" --threads 1 --context 16 --reps 1 --quantize q3_x > /dev/null 2> "$dir/err"; then
   fail "--quantize q3_x should fail"
 fi

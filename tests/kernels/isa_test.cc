@@ -104,6 +104,19 @@ TEST(Isa, SupportedListIsOrderedAndSetIsaSwitchesTheKernels) {
   if (isa_supported(Isa::Avx512)) {
     EXPECT_EQ(int8_peak_macs_per_ns(Isa::Amx), int8_peak_macs_per_ns(Isa::Avx512));
   }
+  // The tile's block work: probed for the zmm VNNI kernel only, and slower than its products alone (it adds work to
+  // them; the 1.25 leaves room for two noisy probes, not for a rate counted twice).
+  EXPECT_EQ(int8_block_macs_per_ns(Isa::Scalar), 0.0);
+  EXPECT_EQ(int8_block_macs_per_ns(Isa::Avx2), 0.0);
+  const double block = int8_block_macs_per_ns(Isa::Avx512);
+  std::printf("[isa] avx512 integer block work %.1f MACs/ns per core\n", block);
+  if (isa_supported(Isa::Avx512) && cpu_features().avx512_vnni) {
+    EXPECT_GT(block, 1.0);
+    EXPECT_LT(block, 1.25 * int8_peak_macs_per_ns(Isa::Avx512));
+    EXPECT_EQ(int8_block_macs_per_ns(Isa::Avx512Bf16), block);
+  } else {
+    EXPECT_EQ(block, 0.0);
+  }
   const Isa saved = active_isa();
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16, Isa::Amx}) {
     if (!isa_supported(isa)) {
