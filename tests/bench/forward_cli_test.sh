@@ -50,7 +50,7 @@ if grep -qw avx512_vnni /proc/cpuinfo && [[ "${TREESPARK_ISA:-}" != scalar && "$
 /usr/bin/python3 - "$dir/q.json" "$vnni" <<'PY' || { cat "$dir/stdout"; fail "the int8 block-work floor is missing or wrong"; }
 import json, sys
 floors = [f for f in json.load(open(sys.argv[1]))["compute_floors"] if f["product"] == "int8"]
-assert floors, "no int8 floor"
+assert floors or sys.argv[2] == "0", "no int8 floor"  # scalar has none
 for f in floors:
     if sys.argv[2] == "1":
         assert 0 < f["block_macs_per_ns"] < 1.25 * f["peak_macs_per_ns"], f
