@@ -242,7 +242,7 @@ int bench_forward(int argc, char** argv) {
       std::printf("\n%-6s", "");
       for (size_t ki = 0; ki < ks.size(); ++ki) {
         if (ks[ki] > 1)
-          std::printf("  +%-8.3f", per_row[ki]);
+          std::printf("  %+-9.3f", per_row[ki]);  // signed: a noisy curve can dip below k = 1
         else
           std::printf("  %-9s", "-");
       }
