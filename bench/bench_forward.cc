@@ -304,28 +304,33 @@ int bench_forward(int argc, char** argv) {
       continue;
     }
     const double k1 = v.cost.ms[0];
-    const double row_ms = gemm_macs_per_row / peak / 1e6;  // compute time of one row's GEMMs
-    const auto floor_ratio = [&](int k) { return std::max(k1, k * row_ms) / k1; };
-    std::printf("%-11s %-8s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), integer ? "int8" : "float",
-                peak, row_ms, floor_ratio(8),
-                floor_ratio(16), k1 / row_ms);
+    // One table line at `rate` multiply-adds per ns (all threads): a row's GEMM time and the k8 / k16 floors.
+    struct Floor {
+      double row_ms, k8, k16;
+    };
+    const auto print_floor = [&](const char* product, double rate) {
+      const double row_ms = gemm_macs_per_row / rate / 1e6;  // compute time of one row's GEMMs
+      const auto ratio = [&](int k) { return std::max(k1, k * row_ms) / k1; };
+      const Floor f{row_ms, ratio(8), ratio(16)};
+      std::printf("%-11s %-8s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), product, rate, f.row_ms,
+                  f.k8, f.k16, k1 / f.row_ms);
+      return f;
+    };
+    const Floor f = print_floor(integer ? "int8" : "float", peak);
     floors.push_back({{"isa", isa_name(v.isa)},
                       {"product", integer ? "int8" : "float"},
                       {"peak_macs_per_ns", peak},
-                      {"k8_floor", floor_ratio(8)},
-                      {"k16_floor", floor_ratio(16)},
-                      {"prefill_over_decode_ceiling", k1 / row_ms}});
+                      {"k8_floor", f.k8},
+                      {"k16_floor", f.k16},
+                      {"prefill_over_decode_ceiling", k1 / f.row_ms}});
     // The same at the rate of a tile's whole per-row block work (int8_block_macs_per_ns): the floor a quantized
     // kernel of this design approaches, where the line above counts the integer products alone.
     const double block_rate = integer ? int8_block_macs_per_ns(v.isa) * num_threads() : 0;
     if (block_rate > 0) {
-      const double block_row_ms = gemm_macs_per_row / block_rate / 1e6;
-      const auto block_floor = [&](int k) { return std::max(k1, k * block_row_ms) / k1; };
-      std::printf("%-11s %-8s %14.1f %12.2f %11.2fx %11.2fx %13.1fx\n", isa_name(v.isa), "i8 block", block_rate,
-                  block_row_ms, block_floor(8), block_floor(16), k1 / block_row_ms);
+      const Floor b = print_floor("i8 block", block_rate);
       floors.back()["block_macs_per_ns"] = block_rate;
-      floors.back()["block_k8_floor"] = block_floor(8);
-      floors.back()["block_k16_floor"] = block_floor(16);
+      floors.back()["block_k8_floor"] = b.k8;
+      floors.back()["block_k16_floor"] = b.k16;
     }
   }
   nlohmann::json drafter_json;
