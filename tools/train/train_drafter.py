@@ -19,6 +19,9 @@ because prompts are short) and runs one drafter pass over all N*A blocks (an att
 its own prefix). Loss per block row k, weighted by exp(-k/4) (early rows decide acceptance):
     KL(p_target(. | prefix up to a+k) || q_cond) + CE(q_cond, data token a+k+1) + 0.2 * CE(softmax U_k, data)
 with q_cond the Markov conditional on the TRUE previous token; rows past the window end are masked.
+With --distill-windows, a share of each step's windows (--distill-fraction) are the target's own continuations of
+corpus prefixes (make_distill_windows.py): there the "data" tokens are what the target wrote, as the accepted
+prefix of a round is at inference.
 
     /usr/bin/python3 tools/train/train_drafter.py --target models/treespark-target --out models/treespark-drafter
 """
@@ -153,6 +156,10 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="go on from --ckpt if it holds a resumable state, with the same arguments")
     ap.add_argument("--ckpt-every-min", type=float, default=5.0, help="resumable checkpoint period")
+    ap.add_argument("--distill-windows", default=None,
+                    help="[n, seq] windows of the target's own continuations (make_distill_windows.py)")
+    ap.add_argument("--distill-fraction", type=float, default=0.5,
+                    help="share of each step's windows drawn from --distill-windows")
     args = ap.parse_args()
 
     if args.device == "cpu":
@@ -161,6 +168,10 @@ def main():
     rng = np.random.default_rng(args.seed)
     train_tok = np.load(os.path.join(args.data, "train.npy"))
     val_tok = np.load(os.path.join(args.data, "val.npy"))
+    distill = np.load(args.distill_windows) if args.distill_windows else None  # [n, seq] uint16
+    n_distill = int(round(args.batch * args.distill_fraction)) if distill is not None else 0
+    if distill is not None and distill.shape[1] != args.seq:
+        raise SystemExit(f"{args.distill_windows}: windows of {distill.shape[1]} tokens, --seq is {args.seq}")
     target = load_target(args.target, args.device)
     tc = target.c
     L = tc.num_hidden_layers
@@ -213,8 +224,10 @@ def main():
                         else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = rng.integers(0, len(train_tok) - args.seq - 1, size=args.batch)
-        ids = torch.from_numpy(np.stack([train_tok[s:s + args.seq] for s in starts]).astype(np.int64))
+        starts = rng.integers(0, len(train_tok) - args.seq - 1, size=args.batch - n_distill)
+        rows = [train_tok[s:s + args.seq] for s in starts]
+        rows += [distill[i] for i in rng.integers(0, len(distill), size=n_distill)] if n_distill else []
+        ids = torch.from_numpy(np.stack(rows).astype(np.int64))
         anchors = torch.from_numpy(sample_anchors(rng, args.batch, args.anchors, args.seq))
         t = block_terms(drafter, target, ids.to(args.device), anchors.to(args.device), taps)
         loss, kl = loss_fn(t, args.block)
