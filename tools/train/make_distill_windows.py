@@ -52,12 +52,12 @@ def main():
     windows, short = [], 0
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for i, (job, ids) in enumerate(zip(jobs, pool.map(lambda j: generate(args, *j), jobs))):
+            if (i + 1) % 100 == 0:
+                print(f"{i + 1}/{args.n} completions, {time.time() - t0:.0f} s", flush=True)
             if len(ids) < args.new:
                 short += 1
                 continue
             windows.append(np.concatenate([job[0], np.asarray(ids[:args.new])]).astype(np.uint16))
-            if (i + 1) % 100 == 0:
-                print(f"{i + 1}/{args.n} completions, {time.time() - t0:.0f} s", flush=True)
     arr = np.stack(windows)  # [windows, prefix + new]
     np.save(args.out, arr)
     summary = {"windows": int(arr.shape[0]), "skipped_short": short, "prefix": args.prefix, "new": args.new,

@@ -8,7 +8,8 @@
 # or `treespark calibrate`): the calibration file is not carried over.
 # Usage: tools/train/refine_drafter.sh [--drafter DIR] [--target DIR] [--out DIR] [--work DIR]
 #                                      [--stage1-minutes M] [--stage2-minutes M] [--windows N] [--threads N]
-# Needs work/corpus (tools/train/run_pipeline.sh builds it) and a release build (scripts/build.sh release).
+# Needs work/corpus (tools/train/run_pipeline.sh builds it) and a release build (scripts/build.sh release). An existing
+# work/distill.npy is reused (delete it after changing the target); stage checkpoints resume as grow_pipeline.sh's do.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=models/treespark-drafter T=models/treespark-target OUT=models/treespark-drafter W=work-data
