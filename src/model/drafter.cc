@@ -163,7 +163,7 @@ const float* Drafter::markov_bias_row(int32_t token) const {
   if (memo_slot_.empty()) {  // first use: size the memo
     const size_t rows = std::clamp(kMarkovMemoBytes / (sizeof(float) * size_t(V)), kMarkovMemoMinRows,
                                    kMarkovMemoMaxRows);
-    memo_rows_.resize(rows * V);
+    memo_rows_.reset(new float[rows * V]);  // default-initialised: see memo_rows_
     memo_token_.assign(rows, -1);
     memo_used_.assign(rows, 0);
     memo_slot_.assign(V, -1);
