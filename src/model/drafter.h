@@ -105,11 +105,11 @@ class Drafter {
   // and across rounds (the anchor and accepted tokens were parents in the round before), and a row costs a
   // [vocab, rank] f32 GEMV (1 MiB for the shipped drafter) against a 16 KiB read when remembered.
   const float* markov_bias_row(int32_t token) const;
-  // [memo_token_.size(), vocab], not zero-filled: a row is written before it is read, so only the rows in use are
-  // ever touched (zero-filling all 4 MiB cost a fresh process ~10 ms of page faults in its first rounds).
+  // [memo rows, vocab], not zero-filled: a row is written before it is read, so only the rows in use are ever
+  // touched (zero-filling it faulted in every page of it inside a fresh process's first round).
   mutable std::unique_ptr<float[]> memo_rows_;
-  mutable std::vector<int32_t> memo_token_;     // [memo_capacity_] token held by each row, -1 = free
-  mutable std::vector<uint64_t> memo_used_;     // [memo_capacity_] last use (LRU stamp)
+  mutable std::vector<int32_t> memo_token_;     // [memo rows] token held by each row, -1 = free
+  mutable std::vector<uint64_t> memo_used_;     // [memo rows] last use (LRU stamp)
   mutable std::vector<int32_t> memo_slot_;      // [vocab] row holding token t, -1 = none
   mutable uint64_t memo_clock_ = 0;
   mutable long memo_hits_ = 0, memo_misses_ = 0;
