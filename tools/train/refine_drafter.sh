@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Refines a trained drafter against its target in two stages (how the shipped drafter was last trained,
-# models/MODEL_CARD.md):
+# Refines a trained drafter against its target in two stages (the first two of the shipped drafter's refinement,
+# models/MODEL_CARD.md; its third repeats stage 2 on more windows, train_drafter.py --distill-windows taking several):
 #   1. more of grow_pipeline.sh's training on corpus windows (train_drafter.py --init-from), then
 #   2. windows of the target's own continuations of corpus prefixes (make_distill_windows.py, through the release
 #      build's generate), and training on a mix of those and corpus windows (train_drafter.py --distill-windows).

@@ -156,8 +156,9 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="go on from --ckpt if it holds a resumable state, with the same arguments")
     ap.add_argument("--ckpt-every-min", type=float, default=5.0, help="resumable checkpoint period")
-    ap.add_argument("--distill-windows", default=None,
-                    help="[n, seq] windows of the target's own continuations (make_distill_windows.py)")
+    ap.add_argument("--distill-windows", nargs="+", default=None,
+                    help="[n, seq] windows of the target's own continuations (make_distill_windows.py); several "
+                         "files are used as one, in the order given")
     ap.add_argument("--distill-fraction", type=float, default=0.5,
                     help="share of each step's windows drawn from --distill-windows")
     args = ap.parse_args()
@@ -168,10 +169,14 @@ def main():
     rng = np.random.default_rng(args.seed)
     train_tok = np.load(os.path.join(args.data, "train.npy"))
     val_tok = np.load(os.path.join(args.data, "val.npy"))
-    distill = np.load(args.distill_windows) if args.distill_windows else None  # [n, seq] uint16
+    distill = None  # [n, seq] uint16, every file's windows in the order given
+    if args.distill_windows:
+        parts = [np.load(f) for f in args.distill_windows]
+        for f, part in zip(args.distill_windows, parts):
+            if part.ndim != 2 or part.shape[1] != args.seq:
+                raise SystemExit(f"{f}: windows of shape {part.shape}, expected [n, {args.seq}] (--seq)")
+        distill = np.concatenate(parts)
     n_distill = int(round(args.batch * args.distill_fraction)) if distill is not None else 0
-    if distill is not None and distill.shape[1] != args.seq:
-        raise SystemExit(f"{args.distill_windows}: windows of {distill.shape[1]} tokens, --seq is {args.seq}")
     target = load_target(args.target, args.device)
     tc = target.c
     L = tc.num_hidden_layers
