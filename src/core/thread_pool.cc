@@ -25,10 +25,15 @@ constexpr int kCallerSpins = 1 << 12;
 
 using TaskFn = void (*)(const void*, int64_t);
 
+// Fields are grouped by who writes them, one cache line per group: on hosts where a line takes ~300 ns to move
+// between cores (a 2-vCPU guest measured 600 ns a round trip), every line a run moves back and forth is on its
+// critical path (docs/results/optimization-notes.md, "Thread hand-off: cache lines on the critical path").
 struct Pool {
-  // (generation << 32) | index of the next task to claim. A run publishes a new generation; tasks are claimed by
-  // compare-exchange, so a claim made from a stale view of an earlier generation fails.
-  std::atomic<uint64_t> state{0};
+  // Written by the caller once per run, read by the workers; `state` also takes the workers' claims.
+  // (generation << 32) | index of the next task to claim. A run publishes a new generation with task 0 already
+  // claimed by the caller; the rest are claimed by compare-exchange, so a claim made from a stale view of an
+  // earlier generation fails.
+  alignas(64) std::atomic<uint64_t> state{0};
   // The current run's job, written before its generation is published (release) and read after a claim.
   std::atomic<TaskFn> task{nullptr};
   std::atomic<const void*> ctx{nullptr};
@@ -38,13 +43,20 @@ struct Pool {
   // may already be setting up the next one) beside the old run's exhausted index, claim a task past the old
   // run's end and run the next run's task function early, outside that run's accounting.
   std::atomic<uint64_t> gen_n{0};
-  std::atomic<int64_t> done{0};  // tasks of the current run finished
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;  // the first exception a task threw (guarded by `failed`)
+
+  // Written by the workers: tasks of the current run they finished (the caller counts its own privately).
+  alignas(64) std::atomic<int64_t> done{0};
+
+  // Read by the caller every run and by spinning workers every iteration; written rarely.
+  alignas(64) std::atomic<int> sleepers{0};  // workers asleep on `state` (or about to be)
   std::atomic<bool> stop{false};
 
-  std::mutex run_mutex;     // one run at a time; a second caller runs its tasks alone
-  std::mutex config_mutex;  // workers, threads
+  // Written only when a task throws, and reset by the caller after a run that threw.
+  alignas(64) std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the first exception a task threw (guarded by `failed`)
+
+  alignas(64) std::mutex run_mutex;  // one run at a time; a second caller runs its tasks alone
+  std::mutex config_mutex;           // workers, threads
   std::vector<std::thread> workers;
   std::atomic<int> threads{0};  // 0 until configured (pool_threads() then picks the default)
 };
@@ -58,22 +70,30 @@ thread_local bool t_in_task = false;  // pool workers, and callers while they ru
 
 uint32_t generation(uint64_t state) { return uint32_t(state >> 32); }
 
-// Claims and runs tasks of generation `gen` until none are left to claim.
-void work(Pool& p, uint32_t gen) {
+// Runs task i, recording the first exception any task throws.
+void run_task(Pool& p, int64_t i) {
+  try {
+    p.task.load(std::memory_order_relaxed)(p.ctx.load(std::memory_order_relaxed), i);
+  } catch (...) {
+    if (!p.failed.exchange(true, std::memory_order_acq_rel)) p.error = std::current_exception();
+  }
+}
+
+// Claims and runs tasks of generation `gen` until none are left to claim; returns how many it ran. A worker counts
+// each on `done` as it finishes; the caller keeps its own count, so its tasks never move that line.
+int64_t work(Pool& p, uint32_t gen, bool count_on_done) {
+  int64_t ran = 0;
   for (;;) {
     uint64_t s = p.state.load(std::memory_order_acquire);
-    if (generation(s) != gen) return;
+    if (generation(s) != gen) return ran;
     const int64_t i = int64_t(s & 0xffffffffu);
     const uint64_t gn = p.gen_n.load(std::memory_order_acquire);
-    if (generation(gn) != gen || i >= int64_t(gn & 0xffffffffu)) return;
+    if (generation(gn) != gen || i >= int64_t(gn & 0xffffffffu)) return ran;
     if (!p.state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
     // Claimed task i of `gen`: that run cannot finish before this task does, so task/ctx are still its own.
-    try {
-      p.task.load(std::memory_order_relaxed)(p.ctx.load(std::memory_order_relaxed), i);
-    } catch (...) {
-      if (!p.failed.exchange(true, std::memory_order_acq_rel)) p.error = std::current_exception();
-    }
-    p.done.fetch_add(1, std::memory_order_release);
+    run_task(p, i);
+    ++ran;
+    if (count_on_done) p.done.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -89,13 +109,18 @@ void worker_main(Pool* p, uint32_t seen) {
       if (++spins < kWorkerSpins) {
         _mm_pause();
       } else {
-        p->state.wait(s, std::memory_order_acquire);  // until a run (or stop) publishes and notifies
+        // Until a run (or stop) publishes and notifies. The caller notifies only when it sees a sleeper, and reads
+        // `sleepers` right after publishing without a fence, so a worker falling asleep just as a run is published
+        // can miss that run: the caller then claims every task itself, and the next run wakes the worker.
+        p->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        p->state.wait(s, std::memory_order_acquire);
+        p->sleepers.fetch_sub(1, std::memory_order_relaxed);
         spins = 0;
       }
     }
     if (p->stop.load(std::memory_order_relaxed)) return;
     seen = generation(s);
-    work(*p, seen);
+    work(*p, seen, true);
   }
 }
 
@@ -200,21 +225,27 @@ void pool_run(int64_t n, TaskFn task, const void* ctx) {
   const uint32_t gen = generation(p.state.load(std::memory_order_relaxed)) + 1;
   p.gen_n.store((uint64_t(gen) << 32) | uint64_t(n), std::memory_order_relaxed);
   p.done.store(0, std::memory_order_relaxed);
-  p.failed.store(false, std::memory_order_relaxed);
-  p.error = nullptr;
-  p.state.store(uint64_t(gen) << 32, std::memory_order_release);
-  p.state.notify_all();
+  // Published with task 0 claimed by the caller: it starts on its share at once, with no locked instruction
+  // waiting for the workers' copies of these lines to be invalidated.
+  p.state.store((uint64_t(gen) << 32) | 1u, std::memory_order_release);
+  if (p.sleepers.load(std::memory_order_relaxed) > 0) p.state.notify_all();
   t_in_task = true;
-  work(p, gen);
+  run_task(p, 0);
+  const int64_t own = 1 + work(p, gen, false);
   t_in_task = false;
-  for (int spins = 0; p.done.load(std::memory_order_acquire) < n;) {
+  for (int spins = 0; p.done.load(std::memory_order_acquire) < n - own;) {
     if (++spins < kCallerSpins) {
       _mm_pause();
     } else {
       std::this_thread::yield();
     }
   }
-  if (p.failed.load(std::memory_order_acquire)) std::rethrow_exception(p.error);
+  if (p.failed.load(std::memory_order_acquire)) {
+    std::exception_ptr error = std::move(p.error);
+    p.error = nullptr;
+    p.failed.store(false, std::memory_order_relaxed);
+    std::rethrow_exception(error);
+  }
 }
 
 }  // namespace ts

@@ -13,3 +13,6 @@ target_link_libraries(bench_qk_layouts PRIVATE ts_core)
 add_executable(bench_gemm_tiles ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_gemm_tiles.cc
                                 ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_gemm_tiles_avx512.cc)
 target_link_libraries(bench_gemm_tiles PRIVATE ts_core)
+# The thread pool's hand-off beside the core-to-core round trip: build/<dir>/bench_pool [threads].
+add_executable(bench_pool ${CMAKE_CURRENT_SOURCE_DIR}/bench/micro/bench_pool.cc)
+target_link_libraries(bench_pool PRIVATE ts_core)
