@@ -70,6 +70,11 @@ PhaseTotals run_speculative(ModelBundle& bundle, const std::vector<int32_t>& pro
   std::vector<double> probs;
   KVCache cache = target.new_cache(max_ctx + opt.tree.node_cap + 2);
   DrafterState dstate = drafter.new_state(max_ctx);
+  // Room for the whole generation now, as the engine reserves at admission: growing mid-round allocates fresh pages
+  // and copies every row so far, which the engine's rounds never pay and the target alone (Generator) did not here.
+  const int generation_rows = int(prompt.size()) + opt.max_new_tokens + opt.tree.node_cap + 2;
+  cache.reserve(generation_rows);
+  dstate.context.reserve(generation_rows);
   PhaseTotals t;
 
   ForwardResult fr;
