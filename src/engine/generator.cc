@@ -19,6 +19,9 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const G
   config.max_context = target_.config().max_position_embeddings;
   config.prefill_chunk = config.max_context;
   config.on_step = on_step_;
+  // No prefix cache: this engine ends with its one request, so nothing could ever hit it, and storing the request's
+  // rows into a fresh pool at the end (allocating, faulting in and copying them all) cost every call several ms.
+  config.prefix_cache = false;
   Engine engine(target_, drafter_, config);
 
   Request request;
