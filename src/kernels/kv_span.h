@@ -18,6 +18,16 @@ struct KVSpan {
   int first_row = 0;
 };
 
+// Called by attention_tiled once per KV head, before any of that head's rows are read, on the thread that then reads
+// them: a KV cache writes a forward's new rows there, so they are written and read on one core, and with one task
+// per head (calls of up to 16 query rows) the same heads stay on the same threads from layer to layer and step to
+// step. nullptr: no hook.
+struct KVHeadHook {
+  void (*fn)(const void* ctx, int kv_head) = nullptr;
+  const void* ctx = nullptr;
+  void operator()(int kv_head) const { fn(ctx, kv_head); }
+};
+
 // The span holding row `row` of spans[0, n_spans) (increasing first_row, the first at 0; row >= 0).
 inline const KVSpan& span_holding(const KVSpan* spans, int n_spans, int row) {
   int s = n_spans - 1;

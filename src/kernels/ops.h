@@ -90,9 +90,11 @@ void attention_tiled(const float* q, const uint16_t* k, const uint16_t* v, int64
                      float scale);
 // attention_tiled() over rows held in spans (kv_span.h): spans[0, n_spans) in increasing first_row, the first at 0,
 // all below n_kv; kv_dtype F32 or BF16. A sequence whose prefix sits in blocks shared with other sequences reads them
-// in place. Spans only change addresses: the same rows give the same bits as one span.
+// in place. Spans only change addresses: the same rows give the same bits as one span. `before_head` (kv_span.h), when
+// given, runs once per KV head before that head's rows are read.
 void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                     const KVHeadHook* before_head = nullptr);
 
 // Residual add: dst[i] += src[i];  dst, src: [n]
 void add(float* dst, const float* src, int64_t n);

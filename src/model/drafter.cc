@@ -139,9 +139,8 @@ void Drafter::draft_blocks(const std::vector<DrafterState*>& states, const int32
     for (int s = 0; s < n; ++s) {  // each block attends to its own context plus itself, as pending rows
       KVCache& cache = states[s]->context;
       cache.begin_append(B);
-      cache.write_pending(l, 0, B, k_rows + size_t(s) * B * KV, v_rows + size_t(s) * B * KV);
-      masked_cache_attention(shape_, cache, l, &q_[size_t(s) * B * Q], B, block_masks_[s].data(),
-                             &attn_[size_t(s) * B * Q]);
+      write_pending_and_attend(shape_, cache, l, k_rows + size_t(s) * B * KV, v_rows + size_t(s) * B * KV,
+                               &q_[size_t(s) * B * Q], B, block_masks_[s].data(), &attn_[size_t(s) * B * Q]);
       cache.drop_pending();
     }
     attn_out_residual(w, shape_, attn_.data(), x_.data(), rows, scratch_);

@@ -82,12 +82,14 @@ inline float load_elem(const uint8_t* buffer, size_t i, DType dtype) {
                              : bf16_to_f32(reinterpret_cast<const uint16_t*>(buffer)[i]);
 }
 
-// K rows [n, kv_heads, head_dim] of element type T into a cache buffer's key tiles: key (own row `row0` + r, head g,
-// dim d) at key_index(g, row0 + r, d). For one head and dimension, the rows of a tile are neighbouring lanes.
+// Heads [g0, g1) of K rows [n, kv_heads, head_dim] of element type T into a cache buffer's key tiles: key (own row
+// `row0` + r, head g, dim d) at key_index(g, row0 + r, d). For one head and dimension, a tile's rows are neighbouring
+// lanes.
 template <typename T, typename KeyIndex>
-void scatter_keys(const T* k, int n, int kv_heads, int head_dim, int row0, T* keys, const KeyIndex& key_index) {
+void scatter_keys(const T* k, int n, int kv_heads, int head_dim, int row0, int g0, int g1, T* keys,
+                  const KeyIndex& key_index) {
   const size_t kv_dim = size_t(kv_heads) * head_dim;
-  for (int g = 0; g < kv_heads; ++g)
+  for (int g = g0; g < g1; ++g)
     for (int r = 0; r < n;) {
       const int run = std::min(n - r, kTile - ((row0 + r) & (kTile - 1)));  // rows left in this tile
       for (int d = 0; d < head_dim; ++d) {
@@ -101,7 +103,12 @@ void scatter_keys(const T* k, int n, int kv_heads, int head_dim, int row0, T* ke
 }  // namespace
 
 void KVCache::write_pending(int layer, int first, int n, const float* k, const float* v) {
+  write_pending_heads(layer, first, n, k, v, 0, kv_heads_);
+}
+
+void KVCache::write_pending_heads(int layer, int first, int n, const float* k, const float* v, int g0, int g1) {
   TS_CHECK(layer >= 0 && layer < num_layers(), "KV write: layer ", layer, " out of range");
+  TS_CHECK(0 <= g0 && g0 <= g1 && g1 <= kv_heads_, "KV write: heads [", g0, ", ", g1, ") of ", kv_heads_);
   TS_CHECK(first >= 0 && n >= 0 && first + n <= pending_, "KV write: rows [", first, ", ", first + n,
            ") outside the ", pending_, " pending rows");
   if (n == 0) return;
@@ -111,23 +118,30 @@ void KVCache::write_pending(int layer, int first, int n, const float* k, const f
   if (dtype_ == DType::F32) {
     float* values = reinterpret_cast<float*>(values_[layer].data());
     for (int r = 0; r < n; ++r)
-      for (int g = 0; g < kv_heads_; ++g)
+      for (int g = g0; g < g1; ++g)
         std::memcpy(values + (size_t(g) * capacity_ + size_t(row0 + r)) * hd, v + size_t(r) * kv + size_t(g) * hd,
                     sizeof(float) * hd);
-    scatter_keys(k, n, kv_heads_, head_dim_, row0, reinterpret_cast<float*>(keys_[layer].data()), key_at);
+    scatter_keys(k, n, kv_heads_, head_dim_, row0, g0, g1, reinterpret_cast<float*>(keys_[layer].data()), key_at);
     return;
   }
   // bf16: rounded by the vector kernel (kernels::to_bf16_bits, f32_to_bf16's bits), values straight into their rows,
   // keys into a buffer first, then into their tiles' lanes.
   uint16_t* values = reinterpret_cast<uint16_t*>(values_[layer].data());
   for (int r = 0; r < n; ++r)
-    for (int g = 0; g < kv_heads_; ++g)
+    for (int g = g0; g < g1; ++g)
       kernels::to_bf16_bits(v + size_t(r) * kv + size_t(g) * hd, int64_t(hd),
                             values + (size_t(g) * capacity_ + size_t(row0 + r)) * hd);
-  thread_local std::vector<uint16_t> k_bf16;  // [n, kv_heads, head_dim] the key rows rounded
+  thread_local std::vector<uint16_t> k_bf16;  // [n, kv_heads, head_dim] the key rows rounded (heads [g0, g1) set)
   k_bf16.resize(size_t(n) * kv);
-  kernels::to_bf16_bits(k, int64_t(n) * int64_t(kv), k_bf16.data());
-  scatter_keys(k_bf16.data(), n, kv_heads_, head_dim_, row0, reinterpret_cast<uint16_t*>(keys_[layer].data()), key_at);
+  if (g0 == 0 && g1 == kv_heads_) {
+    kernels::to_bf16_bits(k, int64_t(n) * int64_t(kv), k_bf16.data());
+  } else {
+    for (int r = 0; r < n; ++r)
+      kernels::to_bf16_bits(k + size_t(r) * kv + size_t(g0) * hd, int64_t(g1 - g0) * int64_t(hd),
+                            k_bf16.data() + size_t(r) * kv + size_t(g0) * hd);
+  }
+  scatter_keys(k_bf16.data(), n, kv_heads_, head_dim_, row0, g0, g1, reinterpret_cast<uint16_t*>(keys_[layer].data()),
+               key_at);
 }
 
 KVRows KVCache::rows(int layer) const {

@@ -82,6 +82,9 @@ class KVCache {
   void begin_append(int n);
   // Writes pending rows [first, first + n) of one layer, rounded to the cache's dtype.  k, v: [n, kv_dim]
   void write_pending(int layer, int first, int n, const float* k, const float* v);
+  // The same for KV heads [g0, g1) only (k, v still whole rows); the same bits. Calls for disjoint heads may run on
+  // different threads at once.
+  void write_pending_heads(int layer, int first, int n, const float* k, const float* v, int g0, int g1);
   // Rows [0, length + pending) of one layer.
   KVRows rows(int layer) const;
   // Row `row` of one layer widened to f32 (tests, tools).  k, v: [kv_dim]

@@ -137,14 +137,29 @@ void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_v
 }
 
 void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
-                            const uint8_t* mask, float* out) {
+                            const uint8_t* mask, float* out, const kernels::KVHeadHook* before_head) {
   const KVRows kv = cache.rows(layer);
   const int n_kv = cache.length() + cache.pending();
   const float scale = 1.0f / std::sqrt(float(shape.head_dim));
   TS_CHECK(cache.kv_heads() == shape.kv_heads && cache.head_dim() == shape.head_dim, "KV cache of ",
            cache.kv_heads(), " x ", cache.head_dim(), " for a layer of ", shape.kv_heads, " x ", shape.head_dim);
   kernels::attention_tiled(q, kv.spans, kv.n_spans, kv.dtype, mask, out, n_rows, n_kv, shape.heads, shape.kv_heads,
-                           shape.head_dim, scale);
+                           shape.head_dim, scale, before_head);
+}
+
+void write_pending_and_attend(const LayerShape& shape, KVCache& cache, int layer, const float* k_rows,
+                              const float* v_rows, const float* q, int n_rows, const uint8_t* mask, float* out) {
+  struct Write {
+    KVCache* cache;
+    int layer, rows;
+    const float *k, *v;
+  } const write{&cache, layer, n_rows, k_rows, v_rows};
+  const kernels::KVHeadHook hook{[](const void* ctx, int g) {
+                                   const Write& w = *static_cast<const Write*>(ctx);
+                                   w.cache->write_pending_heads(w.layer, 0, w.rows, w.k, w.v, g, g + 1);
+                                 },
+                                 &write};
+  masked_cache_attention(shape, cache, layer, q, n_rows, mask, out, &hook);
 }
 
 void cached_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
@@ -212,8 +227,8 @@ void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>
       const Run& run = runs[r];
       KVCache& cache = *caches[run.seq];
       const int rows = run.end - run.begin;
-      cache.write_pending(l, 0, rows, &k_rows_[size_t(run.begin) * KV], &v_rows_[size_t(run.begin) * KV]);
-      masked_cache_attention(shape_, cache, l, &q_[size_t(run.begin) * Q], rows, run_masks_[r].data(),
+      write_pending_and_attend(shape_, cache, l, &k_rows_[size_t(run.begin) * KV], &v_rows_[size_t(run.begin) * KV],
+                               &q_[size_t(run.begin) * Q], rows, run_masks_[r].data(),
                              &attn_[size_t(run.begin) * Q]);
     }
     attn_out_residual(w, shape_, attn_.data(), x_.data(), n, scratch_);

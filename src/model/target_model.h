@@ -108,6 +108,11 @@ void build_cache_mask(const KVCache& cache, int n_rows, const uint8_t* pending_v
                       std::vector<uint8_t>& mask);
 // Attention against the cache's committed + pending rows under a mask from build_cache_mask.
 void masked_cache_attention(const LayerShape& shape, const KVCache& cache, int layer, const float* q, int n_rows,
-                            const uint8_t* mask, float* out);
+                            const uint8_t* mask, float* out, const kernels::KVHeadHook* before_head = nullptr);
+// The layer's pending rows [0, n_rows) written (k_rows, v_rows: [n_rows, kv_dim]), then masked_cache_attention over
+// them: each KV head's rows are written by the thread that attends over that head (kernels/kv_span.h), so they do
+// not move between cores. The same bits as write_pending, then masked_cache_attention.
+void write_pending_and_attend(const LayerShape& shape, KVCache& cache, int layer, const float* k_rows,
+                              const float* v_rows, const float* q, int n_rows, const uint8_t* mask, float* out);
 
 }  // namespace ts

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -390,6 +391,31 @@ void expect_tiled_equals_strided(const Problem& p) {
                        p.n_q, p.n_kv, p.n_heads, kv_heads, hd, p.scale());
   EXPECT_EQ(bit_differences(spanned.data(), strided.data(), strided.size()), 0u) << spans.size() << " spans";
   EXPECT_EQ(bit_differences(ref_spanned.data(), ref_strided.data(), strided.size()), 0u) << spans.size() << " spans";
+
+  // A hook that writes each head's rows into a NaN-filled copy just before the kernel reads that head: called once
+  // per head, and the same bits (a head read before its hook ran would read NaN).
+  std::vector<KvT> k_late(k_tiled.size(), to_kv(NAN)), v_late(v_hm.size(), to_kv(NAN));
+  std::vector<std::atomic<int>> calls(static_cast<size_t>(kv_heads));
+  struct Late {
+    const std::vector<KvT>*k_from, *v_from;
+    std::vector<KvT>*k_to, *v_to;
+    int64_t head_stride;
+    std::vector<std::atomic<int>>* calls;
+  } const late{&k_tiled, &v_hm, &k_late, &v_late, head_stride, &calls};
+  const KVHeadHook hook{[](const void* ctx, int g) {
+                          const Late& l = *static_cast<const Late*>(ctx);
+                          const size_t at = size_t(g) * size_t(l.head_stride);
+                          std::copy_n(l.k_from->data() + at, size_t(l.head_stride), l.k_to->data() + at);
+                          std::copy_n(l.v_from->data() + at, size_t(l.head_stride), l.v_to->data() + at);
+                          (*l.calls)[size_t(g)].fetch_add(1);
+                        },
+                        &late};
+  const KVSpan written_late{k_late.data(), v_late.data(), head_stride, 0};
+  std::vector<float> hooked(p.q.size(), -1.0f);
+  attention_tiled(p.q.data(), &written_late, 1, dtype, p.visible.data(), hooked.data(), p.n_q, p.n_kv, p.n_heads,
+                  kv_heads, hd, p.scale(), &hook);
+  EXPECT_EQ(bit_differences(hooked.data(), strided.data(), strided.size()), 0u) << "with a hook";
+  for (int g = 0; g < kv_heads; ++g) EXPECT_EQ(calls[size_t(g)].load(), 1) << "head " << g;
 }
 
 TEST_P(Attention, TiledKeysGiveSameBitsAsStrided) {

@@ -53,8 +53,9 @@ void expect_holds(const KVCache& cache, const Rows& want) {
     }
 }
 
-// Appends n pending rows of random values; returns them as [n][layer][keys | values].
-Rows append(KVCache& cache, int n, std::mt19937& rng) {
+// Appends n pending rows of random values; returns them as [n][layer][keys | values]. by_head: written one KV head
+// at a time, last head first (write_pending_heads, as attention's per-head hook writes them).
+Rows append(KVCache& cache, int n, std::mt19937& rng, bool by_head = false) {
   std::normal_distribution<float> normal;
   cache.begin_append(n);
   Rows rows(n, std::vector<std::vector<float>>(kLayers, std::vector<float>(2 * kDim)));
@@ -62,7 +63,11 @@ Rows append(KVCache& cache, int n, std::mt19937& rng) {
     std::vector<float> k(size_t(n) * kDim), v(size_t(n) * kDim);  // [n, kv_heads, head_dim]
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
-    cache.write_pending(l, 0, n, k.data(), v.data());
+    if (by_head) {
+      for (int g = kHeads - 1; g >= 0; --g) cache.write_pending_heads(l, 0, n, k.data(), v.data(), g, g + 1);
+    } else {
+      cache.write_pending(l, 0, n, k.data(), v.data());
+    }
     for (int r = 0; r < n; ++r)
       for (int e = 0; e < kDim; ++e) {
         rows[r][l][e] = stored(k[size_t(r) * kDim + e], cache.dtype());
@@ -245,6 +250,25 @@ TEST_P(KVCacheLayout, KeyLanesPastTheLastRowAreZero) {
           for (int d = 0; d < kHeadDim; ++d)
             ASSERT_EQ(strided(cache, l, false, j, g, d), 0.0f) << "rows " << rows << " lane " << j << " layer " << l;
   }
+}
+
+TEST_P(KVCacheLayout, RowsWrittenHeadByHeadEqualRowsWrittenWhole) {
+  std::mt19937 rng_whole(12), rng_heads(12);
+  KVCache whole(kLayers, kHeads, kHeadDim, kMax, GetParam()), by_head(kLayers, kHeads, kHeadDim, kMax, GetParam());
+  Rows want;
+  for (int n : {1, 7, 16, 9}) {  // within a tile, across tile bounds
+    Rows rows = append(whole, n, rng_whole);
+    append(by_head, n, rng_heads, true);
+    whole.commit_all();
+    by_head.commit_all();
+    want.insert(want.end(), rows.begin(), rows.end());
+    expect_holds(whole, want);
+    expect_holds(by_head, want);
+  }
+  by_head.begin_append(1);
+  std::vector<float> row(kDim);
+  EXPECT_THROW(by_head.write_pending_heads(0, 0, 1, row.data(), row.data(), 2, kHeads + 1), Error);
+  EXPECT_THROW(by_head.write_pending_heads(0, 0, 1, row.data(), row.data(), 2, 1), Error);
 }
 
 TEST_P(KVCacheLayout, BadRequestsThrowAndLoseNothing) {

@@ -582,9 +582,11 @@ TS_SIMD void attend_block(const float* q, const Keys& k_tiles, const Rows& v_row
 }
 
 // Splits the call into tasks (KV head, block of query rows); rows_of(kvh) gives head kvh's key and value rows.
+// before_head (kv_span.h), when given, runs once per KV head before its rows are read: inside that head's task where
+// the call has one task per head, the heads then split over the threads in fixed contiguous ranges.
 template <typename RowsOf>
 bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visible, float* out, int n_q, int n_kv,
-                     int n_heads, int n_kv_heads, int head_dim, float scale) {
+                     int n_heads, int n_kv_heads, int head_dim, float scale, const KVHeadHook* before_head = nullptr) {
   const int rows_per = rows_per_task(n_q, n_kv_heads);
   const int blocks = (n_q + rows_per - 1) / rows_per;
   const int64_t tasks = int64_t(blocks) * n_kv_heads;
@@ -598,14 +600,29 @@ bool attention_tasks(const float* q, const RowsOf& rows_of, const uint8_t* visib
   // 8 query heads of 64 over 128+ keys. In a forward its K/V come from L3 or DRAM, microseconds of reading that two
   // cores share, against a hand-off of ~0.3 us; over ~100 keys the split measured slower (docs/results/
   // optimization-notes.md, "Thread hand-off cost").
-  parallel_tasks(tasks, int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 16), [&](int64_t task) {
+  const bool threaded = int64_t(n_q) * n_heads * n_kv * head_dim >= (1 << 16);
+  const auto run_task = [&](int64_t task) {
     const int block = int(task / n_kv_heads), kvh = int(task % n_kv_heads);
     const int row0 = block * rows_per, rows = std::min(rows_per, n_q - row0);
     const auto [k_tiles, v_rows] = rows_of(kvh);
     thread_local TaskScratch<typename std::decay_t<decltype(v_rows)>::Elem> scratch;
     attend_block(q, k_tiles, v_rows, keys, n_vis, runs, out, row0, rows, kvh, n_kv, n_heads, n_kv_heads, head_dim,
                  scale, scratch);
-  });
+  };
+  if (before_head != nullptr && blocks == 1) {
+    // A head's new rows are written and read on one core, and the same heads stay on the same cores from call to
+    // call, so its tiles do not move between cores (docs/results/optimization-notes.md, "Attention: a KV head's
+    // rows written by the thread that reads them").
+    parallel_ranges(n_kv_heads, threaded, [&](int64_t h0, int64_t h1) {
+      for (int64_t kvh = h0; kvh < h1; ++kvh) {
+        (*before_head)(int(kvh));
+        run_task(kvh);
+      }
+    });
+    return true;
+  }
+  for (int g = 0; before_head != nullptr && g < n_kv_heads; ++g) (*before_head)(g);
+  parallel_tasks(tasks, threaded, run_task);
   return true;
 }
 
@@ -638,7 +655,8 @@ bool attention_paged_kv(const float* q, const KvT* const* pages, int page_shift,
 // them and value row j at v_tiles[j >> 4] + (j & 15) * head_dim (PagedRows with pages of 16 rows).
 template <typename KvT>
 bool attention_tiled_kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
-                        int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                        int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                        const KVHeadHook* before_head) {
   const int n_tiles = (n_kv + kTileKeys - 1) / kTileKeys;
   thread_local std::vector<const KvT*> tables;  // [2 (keys, values), n_kv_heads, n_tiles]; the calling thread's
   tables.resize(size_t(2) * n_kv_heads * n_tiles);
@@ -662,7 +680,7 @@ bool attention_tiled_kv(const float* q, const KVSpan* spans, int n_spans, const 
     const size_t at = size_t(kvh) * n_tiles;
     return std::pair{KeyTiles<KvT>{k_tables + at}, PagedRows<KvT>{v_tables + at, 0, 4, size_t(head_dim)}};
   };
-  return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+  return attention_tasks(q, rows_of, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale, before_head);
 }
 
 }  // namespace
@@ -697,13 +715,15 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
 
 // K/V in spans of tiles (see ops.h, attention_tiled): f32, or bf16 bits.
 bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
-                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
-  return attention_tiled_kv<float>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale, const KVHeadHook* before_head) {
+  return attention_tiled_kv<float>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale,
+                                   before_head);
 }
 bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                            const KVHeadHook* before_head) {
   return attention_tiled_kv<uint16_t>(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim,
-                                      scale);
+                                      scale, before_head);
 }
 
 }  // namespace ts::kernels::cpu::TS_SIMD_NS

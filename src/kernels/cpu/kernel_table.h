@@ -61,9 +61,11 @@ struct KernelTable {
                                  int64_t v_offset, int64_t page_head_stride, const uint8_t* visible, float* out,
                                  int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
   bool (*attention_tiled)(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                          int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
+                          int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                          const KVHeadHook* before_head) = nullptr;
   bool (*attention_tiled_bf16kv)(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                                 int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) = nullptr;
+                                 int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                                 const KVHeadHook* before_head) = nullptr;
   // One embedding row: src: [dim] bf16 (is_bf16) or f16 bits -> dst: [dim] f32.
   void (*widen_row)(const uint16_t* src, bool is_bf16, int dim, float* dst) = nullptr;
   float (*scaled_max)(const float* logits, int n, float scale) = nullptr;

@@ -146,7 +146,8 @@ void attention_paged(const float* q, const uint16_t* const* pages, int page_shif
 }
 
 void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_dtype, const uint8_t* visible,
-                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                     float* out, int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                     const KVHeadHook* before_head) {
   TS_CHECK(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "attention_tiled: K/V dtype must be F32 or BF16, got ",
            dtype_name(kv_dtype));
   TS_CHECK(n_spans > 0 && spans[0].first_row == 0, "attention_tiled: the first span must start at row 0");
@@ -163,7 +164,7 @@ void attention_tiled(const float* q, const KVSpan* spans, int n_spans, DType kv_
   const auto kernel =
       kv_dtype == DType::BF16 ? active_kernels().attention_tiled_bf16kv : active_kernels().attention_tiled;
   checked_attention(head_dim, min_stride, n_q, n_kv, n_heads, n_kv_heads, head_dim, [&] {
-    return kernel(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
+    return kernel(q, spans, n_spans, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale, before_head);
   });
 }
 

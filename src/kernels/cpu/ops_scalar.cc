@@ -82,13 +82,16 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
 }
 
 bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
-                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale, const KVHeadHook* before_head) {
+  for (int g = 0; before_head && g < n_kv_heads; ++g) (*before_head)(g);
   ref::attention_tiled(q, spans, n_spans, DType::F32, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
   return true;
 }
 
 bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                            const KVHeadHook* before_head) {
+  for (int g = 0; before_head && g < n_kv_heads; ++g) (*before_head)(g);
   ref::attention_tiled(q, spans, n_spans, DType::BF16, visible, out, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale);
   return true;
 }

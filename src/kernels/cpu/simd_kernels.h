@@ -33,9 +33,10 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
 bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
-                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale, const KVHeadHook* before_head);
 bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                            const KVHeadHook* before_head);
 }  // namespace scalar
 
 namespace avx2 {
@@ -66,9 +67,10 @@ bool attention_paged(const float* q, const uint16_t* const* pages, int page_shif
                      int64_t page_head_stride, const uint8_t* visible, float* out, int n_q, int n_kv, int n_heads,
                      int n_kv_heads, int head_dim, float scale);
 bool attention_tiled(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out, int n_q,
-                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+                     int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale, const KVHeadHook* before_head);
 bool attention_tiled_bf16kv(const float* q, const KVSpan* spans, int n_spans, const uint8_t* visible, float* out,
-                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale);
+                            int n_q, int n_kv, int n_heads, int n_kv_heads, int head_dim, float scale,
+                            const KVHeadHook* before_head);
 }  // namespace avx512bf16
 
 namespace amx {
