@@ -2,7 +2,7 @@
 // go to another core and back (two threads passing a counter), and what a pool_run of one task per thread costs
 // over its work (median, p90, p99 of 20k runs, with 1 us of serial work between runs as in a forward).
 // A pool_run moves a few lines between cores, so its cost follows the round trip, which on some virtual machines
-// changes by 4x while they run: compare the two columns of one run, not runs at different times.
+// changes while they run: compare the columns of one pass, not runs at different times.
 // Usage: build/<dir>/bench_pool [threads]
 #include <algorithm>
 #include <atomic>

@@ -25,9 +25,9 @@ constexpr int kCallerSpins = 1 << 12;
 
 using TaskFn = void (*)(const void*, int64_t);
 
-// Fields are grouped by who writes them, one cache line per group: on hosts where a line takes ~300 ns to move
-// between cores (a 2-vCPU guest measured 600 ns a round trip), every line a run moves back and forth is on its
-// critical path (docs/results/optimization-notes.md, "Thread hand-off: cache lines on the critical path").
+// Fields are grouped by who writes them, one cache line per group: where moving a line between cores is slow (some
+// virtual machines), every line a run moves back and forth is on its critical path (docs/results/
+// optimization-notes.md, "Thread hand-off: cache lines on the critical path").
 struct Pool {
   // Written by the caller once per run, read by the workers; `state` also takes the workers' claims.
   // (generation << 32) | index of the next task to claim. A run publishes a new generation with task 0 already

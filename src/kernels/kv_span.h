@@ -20,8 +20,8 @@ struct KVSpan {
 
 // Called by attention_tiled once per KV head, before any of that head's rows are read, on the thread that then reads
 // them: a KV cache writes a forward's new rows there, so they are written and read on one core, and with one task
-// per head (calls of up to 16 query rows) the same heads stay on the same threads from layer to layer and step to
-// step. nullptr: no hook.
+// per head (calls whose query rows fit one task: up to 16 on AVX-512, 8 on AVX2) the same heads stay on the same
+// threads from layer to layer and step to step. nullptr: no hook.
 struct KVHeadHook {
   void (*fn)(const void* ctx, int kv_head) = nullptr;
   const void* ctx = nullptr;
