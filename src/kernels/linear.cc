@@ -67,37 +67,45 @@ Linear::Linear(const void* weight, DType weight_dtype, int out_features, int in_
   TS_CHECK(cpu::qgemm_supports(quant), "Linear: ", quant_type_name(quant), " weights are not supported");
   TS_CHECK(in_features % block_values(quant) == 0, "Linear: ", quant_type_name(quant),
            " needs in_features a multiple of ", block_values(quant), ", got ", in_features);
+  *this = quantized_shell(quant, out_features, in_features);
+  uint8_t* packed = static_cast<uint8_t*>(impl_->packed.get());
   const size_t rb = row_bytes(quant, in_features);
-  std::unique_ptr<uint8_t[]> blocks(new uint8_t[rb * out_features]);  // [out][in / 32] blocks, each row written below
-  // Rows are independent: quantize them on the kernels' threads (a 2 GB model has ~1e9 values to round). The
-  // K-quants' fits take the variant's vector kernels (the reference's bytes, 8 or 16 sub-blocks at a time).
+  const size_t group_packed_bytes = cpu::qgemm_packed_bytes(quant, cpu::kQGroup, in_features);
+  // Rows are independent, and a 16-row group's packed bytes depend on its rows alone: each thread quantizes a group's
+  // rows into its own small buffer of GGUF blocks, then packs that group in place. No matrix-sized buffer of blocks is
+  // written and freed in between (fresh memory costs a page fault per 4 KiB on first touch). The K-quants' fits take
+  // the variant's vector kernels (the reference's bytes, 8 or 16 sub-blocks at a time).
   const auto quantize_q4_k = cpu::active_kernels().quantize_q4_k;
   const auto quantize_q6_k = cpu::active_kernels().quantize_q6_k;
   const auto widen_row = cpu::active_kernels().widen_row;  // bf16 / f16 -> f32, exact (weight_f32's values)
-  cpu::parallel_ranges(out_features, true, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(in_features);  // [in]
-    for (int64_t o = begin; o < end; ++o) {
-      const size_t offset = size_t(o) * in_features;
-      if (weight_dtype == DType::F32) {
-        std::memcpy(row.data(), static_cast<const float*>(weight) + offset, size_t(in_features) * 4);
-      } else {
-        widen_row(static_cast<const uint16_t*>(weight) + offset, weight_dtype == DType::BF16, in_features, row.data());
+  cpu::parallel_ranges(cpu::qgemm_groups(out_features), true, [&](int64_t g0, int64_t g1) {
+    std::vector<float> row(in_features);                   // [in]
+    std::vector<uint8_t> group_blocks(rb * cpu::kQGroup);  // [16 rows][rb bytes of blocks]
+    for (int64_t g = g0; g < g1; ++g) {
+      const int row0 = int(g) * cpu::kQGroup, rows = std::min(cpu::kQGroup, out_features - row0);
+      for (int r = 0; r < rows; ++r) {
+        const size_t offset = size_t(row0 + r) * in_features;
+        if (weight_dtype == DType::F32) {
+          std::memcpy(row.data(), static_cast<const float*>(weight) + offset, size_t(in_features) * 4);
+        } else {
+          widen_row(static_cast<const uint16_t*>(weight) + offset, weight_dtype == DType::BF16, in_features,
+                    row.data());
+        }
+        uint8_t* row_blocks = group_blocks.data() + rb * r;
+        if (quant == QuantType::Q4_K) {
+          quantize_q4_k(row.data(), row_blocks, in_features / kQK_K);
+        } else if (quant == QuantType::Q6_K) {
+          quantize_q6_k(row.data(), row_blocks, in_features / kQK_K);
+        } else {
+          ref::quantize_row(quant, row.data(), row_blocks, in_features);
+        }
       }
-      if (quant == QuantType::Q4_K) {
-        quantize_q4_k(row.data(), blocks.get() + rb * o, in_features / kQK_K);
-      } else if (quant == QuantType::Q6_K) {
-        quantize_q6_k(row.data(), blocks.get() + rb * o, in_features / kQK_K);
-      } else {
-        ref::quantize_row(quant, row.data(), blocks.get() + rb * o, in_features);
-      }
+      cpu::qgemm_pack(quant, group_blocks.data(), rows, in_features, packed + size_t(g) * group_packed_bytes);
     }
   });
-  *this = from_blocks(blocks.get(), quant, out_features, in_features);
 }
 
-Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features, int in_features) {
-  TS_CHECK(out_features > 0 && in_features > 0 && cpu::qgemm_supports(quant) && in_features % block_values(quant) == 0,
-           "Linear: cannot run ", quant_type_name(quant), " weights of shape ", out_features, "x", in_features);
+Linear Linear::quantized_shell(QuantType quant, int out_features, int in_features) {
   Linear l;
   l.impl_ = std::make_unique<Impl>();
   Impl& m = *l.impl_;
@@ -108,7 +116,14 @@ Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features
   m.quant = quant;
   m.packed_bytes = cpu::qgemm_packed_bytes(quant, out_features, in_features);
   m.packed = allocate_weight_block(m.packed_bytes);
-  cpu::qgemm_pack(quant, blocks, out_features, in_features, static_cast<uint8_t*>(m.packed.get()));
+  return l;
+}
+
+Linear Linear::from_blocks(const void* blocks, QuantType quant, int out_features, int in_features) {
+  TS_CHECK(out_features > 0 && in_features > 0 && cpu::qgemm_supports(quant) && in_features % block_values(quant) == 0,
+           "Linear: cannot run ", quant_type_name(quant), " weights of shape ", out_features, "x", in_features);
+  Linear l = quantized_shell(quant, out_features, in_features);
+  cpu::qgemm_pack(quant, blocks, out_features, in_features, static_cast<uint8_t*>(l.impl_->packed.get()));
   return l;
 }
 

@@ -22,7 +22,7 @@ class Linear {
   // F16 weights are converted at load to the compute type.
   Linear();  // empty until assigned
   Linear(const void* weight, DType weight_dtype, int out_features, int in_features, DType compute);
-  // Quantized: weight as above, quantized row by row to `quant` (ref::quantize_row: round to nearest), or
+  // Quantized: weight as above, quantized row by row to `quant` (ref::quantize_row's bytes: round to nearest), or
   // `blocks` already in that format ([out_features rows][in_features / 32 blocks], e.g. from a GGUF file).
   // Q8_0 and Q4_0, in_features a multiple of 32. The product quantizes each activation row in 32-value blocks
   // and runs integer dot products (kernels/cpu/qgemm.h): every ISA variant gives the same bits.
@@ -57,6 +57,8 @@ class Linear {
 
  private:
   struct Impl;
+  // A quantized Linear of that shape with its packed weights allocated, not yet written.
+  static Linear quantized_shell(QuantType quant, int out_features, int in_features);
   void forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const;  // stacked(): each part, then y
   std::unique_ptr<Impl> impl_;
 };

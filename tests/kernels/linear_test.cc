@@ -198,33 +198,37 @@ TEST_P(Linear, RejectsBadArguments) {
   EXPECT_THROW(lin.forward(w.data(), 0, y.data()), Error);
 }
 
-// A quantized Linear built from bf16 or f16 weights holds the blocks the reference quantizer makes of the widened
-// values (the rows are widened by the variant's vector kernel, then quantized), on every variant: its outputs equal,
-// bit for bit, those of a Linear made from those blocks. f16 weights include subnormals.
+// A quantized Linear built from f32, bf16 or f16 weights holds the blocks the reference quantizer makes of the
+// widened values (the rows are widened by the variant's vector kernel, quantized a 16-row group at a time, and each
+// group packed in place), on every variant: its outputs equal, bit for bit, those of a Linear made from those blocks.
+// f16 weights include subnormals; 40 rows end in a partial group, 1 row is one.
 class QuantizedLinear : public PerIsa {};
 TS_INSTANTIATE_PER_ISA(QuantizedLinear);
 
-TEST_P(QuantizedLinear, FromHalfPrecisionEqualsBlocksOfTheWidenedValues) {
-  const int out = 40, in = 512, rows = 3;
-  std::vector<float> w = random_normal(size_t(out) * in, 0.05f, 17);
-  for (int k = 0; k < 64; ++k) w[size_t(k) * 7] *= 1e-4f;  // f16 subnormals
+TEST_P(QuantizedLinear, FromFloatWeightsEqualsBlocksOfTheWidenedValues) {
+  const int in = 512, rows = 3;
   const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 5);
-  for (DType dtype : {DType::BF16, DType::F16}) {
-    std::vector<uint16_t> bits(w.size());
-    std::vector<float> widened(w.size());
-    for (size_t i = 0; i < w.size(); ++i) {
-      bits[i] = dtype == DType::BF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
-      widened[i] = dtype == DType::BF16 ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
-    }
-    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K}) {
-      std::vector<uint8_t> blocks(row_bytes(t, in) * out);
-      for (int o = 0; o < out; ++o)
-        ref::quantize_row(t, widened.data() + size_t(o) * in, blocks.data() + row_bytes(t, in) * o, in);
-      std::vector<float> want(size_t(rows) * out), got(want.size());
-      kernels::Linear::from_blocks(blocks.data(), t, out, in).forward(x.data(), rows, want.data());
-      kernels::Linear(bits.data(), dtype, out, in, t).forward(x.data(), rows, got.data());
-      EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
-          << dtype_name(dtype) << " " << quant_type_name(t);
+  for (int out : {40, 1}) {
+    std::vector<float> w = random_normal(size_t(out) * in, 0.05f, 17);
+    for (size_t k = 0; k < w.size(); k += 7) w[k] *= 1e-4f;  // f16 subnormals
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      std::vector<uint16_t> bits(w.size());
+      std::vector<float> widened(w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        bits[i] = dtype == DType::BF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
+        widened[i] = dtype == DType::F32 ? w[i] : dtype == DType::BF16 ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+      }
+      const void* weight = dtype == DType::F32 ? static_cast<const void*>(w.data()) : bits.data();
+      for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K}) {
+        std::vector<uint8_t> blocks(row_bytes(t, in) * out);
+        for (int o = 0; o < out; ++o)
+          ref::quantize_row(t, widened.data() + size_t(o) * in, blocks.data() + row_bytes(t, in) * o, in);
+        std::vector<float> want(size_t(rows) * out), got(want.size());
+        kernels::Linear::from_blocks(blocks.data(), t, out, in).forward(x.data(), rows, want.data());
+        kernels::Linear(weight, dtype, out, in, t).forward(x.data(), rows, got.data());
+        EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
+            << out << " rows " << dtype_name(dtype) << " " << quant_type_name(t);
+      }
     }
   }
 }
