@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/cpu.h"
@@ -25,6 +26,33 @@ template <QuantType kT>
 constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
+
+// A block's kN quant vectors (64 bytes each) from q = its scales + 32. Blocks are 288 or 544 bytes, so every other
+// block's quants start half-way into a cache line. Tiles of up to kMaxRealignRows rows, which wait on the weight
+// stream more than they compute, read those as whole aligned lines (the one holding the scales, kN - 1 more and the
+// first half of the next) shifted into place, rather than as loads split across two lines: a model's decode step
+// from DRAM is faster so, for Q8_0 more than Q4_0 (docs/results/optimization-notes.md, "Quantized tiles: aligned
+// loads of a block's quants"). 16-row tiles compute more than they wait and keep the plain loads.
+constexpr int kMaxRealignRows = 8;
+template <int kN>
+TS_Q_TARGET inline void load_quants(const uint8_t* q, bool realign, __m512i (&v)[kN]) {
+  if (realign && (reinterpret_cast<uintptr_t>(q) & 63) == 32) {
+    const uint8_t* line = q - 32;  // 64-byte aligned
+    __m512i lo = _mm512_load_si512(line);
+    #pragma GCC unroll 8
+    for (int j = 0; j < kN; ++j) {
+      // The last line's first half only: the block (or the buffer) may end there.
+      const __m512i hi =
+          j + 1 < kN ? _mm512_load_si512(line + 64 * (j + 1))
+                     : _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(line + 64 * (j + 1))));
+      v[j] = _mm512_alignr_epi64(hi, lo, 4);  // bytes 32..63 of lo, then 0..31 of hi
+      lo = hi;
+    }
+    return;
+  }
+  #pragma GCC unroll 8
+  for (int j = 0; j < kN; ++j) v[j] = _mm512_loadu_si512(q + 64 * j);
+}
 
 // Two groups per tile (tile's G = 2, VNNI only) for tiles of kMinPairRows .. kMaxPairRows<kT> rows: both groups'
 // weight streams are read at once and each broadcast activation quad feeds both groups' products. A few rows from
@@ -70,9 +98,9 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       }
       wscale[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
       if constexpr (kT == QuantType::Q8_0) {
+        load_quants(blk + 32, R <= kMaxRealignRows, w[g]);  // w + 128
         #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-          w[g][j] = _mm512_loadu_si512(blk + 32 + 64 * j);  // w + 128
           asm("" : "+v"(w[g][j]));  // a register for all the tile's rows: GCC would reload it per row beside dot_quad_at
 #if !TS_Q_VNNI
           const __m512i signed_w = _mm512_xor_si512(w[g][j], _mm512_set1_epi8(char(0x80)));
@@ -82,11 +110,12 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
         }
       } else {
         const __m512i low4 = _mm512_set1_epi8(0x0F);
+        __m512i v[4];
+        load_quants(blk + 32, R <= kMaxRealignRows, v);
         #pragma GCC unroll 8
         for (int j = 0; j < 4; ++j) {
-          const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * j);
-          w[g][j] = _mm512_and_si512(v, low4);
-          w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+          w[g][j] = _mm512_and_si512(v[j], low4);
+          w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v[j], 4), low4);
         }
       }
     }
