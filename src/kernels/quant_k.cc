@@ -152,7 +152,7 @@ float fit_q4k_sub_block(const float* x, uint8_t* levels, float* neg_min) {
   return fit_scale_min(x, weights, levels, neg_min);
 }
 
-void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y) {
+void store_scales_q4k(const float* scales, const float* neg_mins, BlockQ4_K* y) {
   float max_scale = 0, max_neg_min = 0;
   for (int j = 0; j < kQ4KSubBlocks; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
@@ -171,22 +171,31 @@ void finish_block_q4k(const float* x, const float* scales, const float* neg_mins
   pack_scales_q4k(scale6, min6, y->scales);
   y->d = f32_to_f16(max_scale / 63.f);
   y->dmin = f32_to_f16(max_neg_min / 63.f);
+}
 
-  // Re-quantize against the stored scales. A sub-block whose stored scale is 0 keeps its fitted levels (as ggml).
-  const float d_super = f16_to_f32(y->d), dmin_super = f16_to_f32(y->dmin);
+void requantize_q4k(const float* x, const BlockQ4_K& y, uint8_t* levels) {
+  const float d_super = f16_to_f32(y.d), dmin_super = f16_to_f32(y.dmin);
   for (int j = 0; j < kQ4KSubBlocks; ++j) {
     uint8_t sc, m;
-    q4k_scale_min(j, y->scales, &sc, &m);
+    q4k_scale_min(j, y.scales, &sc, &m);
     const float d = d_super * sc;
     if (d == 0) continue;
     const float dm = dmin_super * m;
     for (int i = kQ4KSubValues * j; i < kQ4KSubValues * (j + 1); ++i)
       levels[i] = uint8_t(std::clamp(nearest_int((x[i] + dm) / d), 0, kQ4KMaxLevel));
   }
+}
 
+void pack_levels_q4k(const uint8_t* levels, BlockQ4_K* y) {
   // Nibbles: byte 32c + l holds value 64c + l (low) and 64c + 32 + l (high).
   for (int c = 0; c < kQK_K / 64; ++c)
     for (int l = 0; l < 32; ++l) y->qs[32 * c + l] = uint8_t(levels[64 * c + l] | (levels[64 * c + 32 + l] << 4));
+}
+
+void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y) {
+  store_scales_q4k(scales, neg_mins, y);
+  requantize_q4k(x, *y, levels);
+  pack_levels_q4k(levels, y);
 }
 
 namespace {

@@ -16,8 +16,16 @@ void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nb);  // as ggml's de
 // quantize_q4_k's two halves, so that a vector kernel can fit many sub-blocks at once (cpu/quant_k_fit.cc):
 // One 32-value sub-block x: [32] -> levels [32] (0..15); returns its scale, *neg_min = -min >= 0.
 float fit_q4k_sub_block(const float* x, uint8_t* levels, float* neg_min);
-// A super-block x: [256] from its 8 fits (scales, neg_mins: [8]; levels: [256], re-quantized in place) -> y.
+// A super-block x: [256] from its 8 fits (scales, neg_mins: [8]; levels: [256], re-quantized in place) -> y: the
+// three steps below, in order.
 void finish_block_q4k(const float* x, const float* scales, const float* neg_mins, uint8_t* levels, BlockQ4_K* y);
+// y's 6-bit scales and mins and its d and dmin, from the 8 fits.
+void store_scales_q4k(const float* scales, const float* neg_mins, BlockQ4_K* y);
+// Each sub-block's levels [32 j, 32 j + 32) re-quantized against y's stored scale and min: the nearest of 0..15 to
+// (x + dmin * m_j) / (d * sc_j). A sub-block whose stored scale is 0 keeps its fitted levels (as ggml).
+void requantize_q4k(const float* x, const BlockQ4_K& y, uint8_t* levels);
+// levels [256] -> y's nibbles.
+void pack_levels_q4k(const uint8_t* levels, BlockQ4_K* y);
 // quantize_q6_k's halves: one 16-value sub-block x: [16] -> levels [16] (0..63); returns its (signed) scale. A
 // super-block x: [256] from its 16 fits (scales: [16]; levels: [256], re-quantized in place) -> y.
 float fit_q6k_sub_block(const float* x, uint8_t* levels);

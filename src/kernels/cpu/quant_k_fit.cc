@@ -2,7 +2,8 @@
 // sub-block fits 16 (avx512) or 8 (avx2) at a time, one sub-block per vector lane: every lane does the reference
 // fit's f32 operations in its order (no FMA contraction, the same rounding trick), its branches turned into per-lane
 // selects, so the levels and scales are the reference's bits (tests/kernels/quant_k_fit_test.cc compares every
-// byte). The rest of a super-block (6-bit or int8 scales, re-quantizing, packing) is ref::finish_block_q4k / q6k.
+// byte). The rest of a super-block (6-bit or int8 scales, re-quantizing, packing) is ref::finish_block_q4k's steps,
+// Q4_K's re-quantizing in vectors too, and ref::finish_block_q6k.
 //
 // Why: a Q4_K fit tries 21 grids per 32-value sub-block (Q6_K: 19 per 16 values), each a chain of dependent f32
 // sums, and loading a bf16 model with --quantize q4_k_m spent most of its time there
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "kernels/quant.h"
 #include "kernels/quant_k.h"
 
@@ -162,6 +164,29 @@ struct Lanes {
       for (int i = 0; i < kSubValues; ++i) levels[lane * kSubValues + i] = uint8_t(columns[i][lane]);
   }
 
+  // ref::requantize_q4k for one super-block, kLanes values of a sub-block at a time: per value the same add, division
+  // and rounding, so the same levels.
+  static TS_FIT_INLINE void requantize_q4k(const float* x, const BlockQ4_K& y, uint8_t* levels) {
+    typedef uint8_t Bytes __attribute__((vector_size(kLanes)));
+    const float d_super = f16_to_f32(y.d), dmin_super = f16_to_f32(y.dmin);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, y.scales, &sc, &m);
+      const float d = d_super * sc;
+      if (d == 0) continue;  // keeps the fitted levels
+      const float dm = dmin_super * m;
+      for (int i = kSubValues * j; i < kSubValues * (j + 1); i += kLanes) {
+        F v;
+        std::memcpy(&v, x + i, sizeof v);
+        I l = nearest_int((v + dm) / d);
+        l = select(l < 0, I{}, l);
+        l = select(l > kMaxLevel, I{} + kMaxLevel, l);
+        const Bytes bytes = __builtin_convertvector(l, Bytes);
+        std::memcpy(levels + i, &bytes, sizeof bytes);
+      }
+    }
+  }
+
   // ref's signed_level: the nearest of -32..31 to x * inv_scale, per lane.
   static TS_FIT_INLINE I signed_level(F x, F inv_scale) {
     I l = nearest_int(inv_scale * x);
@@ -249,9 +274,11 @@ struct Lanes {
       uint8_t levels[kLanes * kSubValues];
       float scales[kLanes], neg_mins[kLanes];
       fit(x + b * kSuper, levels, scales, neg_mins);
-      for (int h = 0; h < kSupers; ++h)
-        ref::finish_block_q4k(x + (b + h) * kSuper, scales + kSubBlocks * h, neg_mins + kSubBlocks * h,
-                              levels + kSuper * h, &y[b + h]);
+      for (int h = 0; h < kSupers; ++h) {  // ref::finish_block_q4k's steps, the re-quantizing in vectors
+        ref::store_scales_q4k(scales + kSubBlocks * h, neg_mins + kSubBlocks * h, &y[b + h]);
+        requantize_q4k(x + (b + h) * kSuper, y[b + h], levels + kSuper * h);
+        ref::pack_levels_q4k(levels + kSuper * h, &y[b + h]);
+      }
     }
     if (b < nb) ref::quantize_q4_k(x + b * kSuper, &y[b], nb - b);
   }
