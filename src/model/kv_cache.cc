@@ -133,13 +133,9 @@ void KVCache::write_pending_heads(int layer, int first, int n, const float* k, c
                             values + (size_t(g) * capacity_ + size_t(row0 + r)) * hd);
   thread_local std::vector<uint16_t> k_bf16;  // [n, kv_heads, head_dim] the key rows rounded (heads [g0, g1) set)
   k_bf16.resize(size_t(n) * kv);
-  if (g0 == 0 && g1 == kv_heads_) {
-    kernels::to_bf16_bits(k, int64_t(n) * int64_t(kv), k_bf16.data());
-  } else {
-    for (int r = 0; r < n; ++r)
-      kernels::to_bf16_bits(k + size_t(r) * kv + size_t(g0) * hd, int64_t(g1 - g0) * int64_t(hd),
-                            k_bf16.data() + size_t(r) * kv + size_t(g0) * hd);
-  }
+  for (int r = 0; r < n; ++r)
+    kernels::to_bf16_bits(k + size_t(r) * kv + size_t(g0) * hd, int64_t(g1 - g0) * int64_t(hd),
+                          k_bf16.data() + size_t(r) * kv + size_t(g0) * hd);
   scatter_keys(k_bf16.data(), n, kv_heads_, head_dim_, row0, g0, g1, reinterpret_cast<uint16_t*>(keys_[layer].data()),
                key_at);
 }

@@ -229,7 +229,7 @@ void TargetModel::forward(const ForwardBatch& batch, const std::vector<KVCache*>
       const int rows = run.end - run.begin;
       write_pending_and_attend(shape_, cache, l, &k_rows_[size_t(run.begin) * KV], &v_rows_[size_t(run.begin) * KV],
                                &q_[size_t(run.begin) * Q], rows, run_masks_[r].data(),
-                             &attn_[size_t(run.begin) * Q]);
+                               &attn_[size_t(run.begin) * Q]);
     }
     attn_out_residual(w, shape_, attn_.data(), x_.data(), n, scratch_);
     mlp_residual(w, shape_, x_.data(), n, scratch_);
