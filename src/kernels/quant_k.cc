@@ -264,6 +264,8 @@ float fit_scale_q6k(const float* x, uint8_t* levels) {
   return scale;
 }
 
+}  // namespace
+
 // Splits the 6-bit levels into ggml's planes. Per 128-value half c: ql byte 64c + l holds the low nibbles of
 // values l (low) and l + 64 (high), byte 64c + 32 + l those of l + 32 and l + 96; qh byte 32c + l holds the top
 // 2 bits of values l, l + 32, l + 64, l + 96 at bits 0, 2, 4, 6 (value offsets within the half).
@@ -281,11 +283,9 @@ void pack_levels_q6k(const uint8_t* levels, BlockQ6_K* y) {
   }
 }
 
-}  // namespace
-
 float fit_q6k_sub_block(const float* x, uint8_t* levels) { return fit_scale_q6k(x, levels); }
 
-void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, BlockQ6_K* y) {
+bool store_scales_q6k(const float* scales, BlockQ6_K* y) {
   float max_scale = 0, max_abs_scale = 0;  // the scale with the largest magnitude, and that magnitude
   for (int j = 0; j < kQ6KSubBlocks; ++j) {
     const float abs_scale = std::fabs(scales[j]);
@@ -297,24 +297,31 @@ void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, Bloc
   if (max_abs_scale < kGroupMaxEps) {  // all zero
     std::memset(y, 0, sizeof *y);
     y->d = f32_to_f16(0.f);
-    return;
+    return false;
   }
 
   // int8 scales: max_scale maps to -128 (so that sign never needs the unrepresentable +128); the rest clamp at 127.
   const float inv_scale = -128.f / max_scale;
   y->d = f32_to_f16(1 / inv_scale);
   for (int j = 0; j < kQ6KSubBlocks; ++j) y->scales[j] = int8_t(std::min(127, nearest_int(inv_scale * scales[j])));
+  return true;
+}
 
-  // Re-quantize against the stored scales. A sub-block whose stored scale is 0 keeps its fitted levels (as ggml).
-  const float d_super = f16_to_f32(y->d);
+void requantize_q6k(const float* x, const BlockQ6_K& y, uint8_t* levels) {
+  const float d_super = f16_to_f32(y.d);
   for (int j = 0; j < kQ6KSubBlocks; ++j) {
-    const float d = d_super * y->scales[j];
+    const float d = d_super * y.scales[j];
     if (d == 0) continue;
     for (int i = kQ6KSubValues * j; i < kQ6KSubValues * (j + 1); ++i) {
       const int l = std::clamp(nearest_int(x[i] / d), -kQ6KHalfRange, kQ6KHalfRange - 1);
       levels[i] = uint8_t(l + kQ6KHalfRange);
     }
   }
+}
+
+void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, BlockQ6_K* y) {
+  if (!store_scales_q6k(scales, y)) return;
+  requantize_q6k(x, *y, levels);
   pack_levels_q6k(levels, y);
 }
 

@@ -27,8 +27,16 @@ void requantize_q4k(const float* x, const BlockQ4_K& y, uint8_t* levels);
 // levels [256] -> y's nibbles.
 void pack_levels_q4k(const uint8_t* levels, BlockQ4_K* y);
 // quantize_q6_k's halves: one 16-value sub-block x: [16] -> levels [16] (0..63); returns its (signed) scale. A
-// super-block x: [256] from its 16 fits (scales: [16]; levels: [256], re-quantized in place) -> y.
+// super-block x: [256] from its 16 fits (scales: [16]; levels: [256], re-quantized in place) -> y: the three steps
+// below, in order.
 float fit_q6k_sub_block(const float* x, uint8_t* levels);
 void finish_block_q6k(const float* x, const float* scales, uint8_t* levels, BlockQ6_K* y);
+// y's int8 scales and d, from the 16 fits. False when every fit is (nearly) zero: y is then the all-zero block, done.
+bool store_scales_q6k(const float* scales, BlockQ6_K* y);
+// Each sub-block's levels [16 j, 16 j + 16) re-quantized against y's stored scale: the nearest of -32..31 to
+// x / (d * sc_j), stored + 32. A sub-block whose stored scale is 0 keeps its fitted levels (as ggml).
+void requantize_q6k(const float* x, const BlockQ6_K& y, uint8_t* levels);
+// levels [256] (0..63) -> y's ql and qh planes.
+void pack_levels_q6k(const uint8_t* levels, BlockQ6_K* y);
 
 }  // namespace ts::kernels::ref

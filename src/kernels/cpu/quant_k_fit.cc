@@ -2,8 +2,8 @@
 // sub-block fits 16 (avx512) or 8 (avx2) at a time, one sub-block per vector lane: every lane does the reference
 // fit's f32 operations in its order (no FMA contraction, the same rounding trick), its branches turned into per-lane
 // selects, so the levels and scales are the reference's bits (tests/kernels/quant_k_fit_test.cc compares every
-// byte). The rest of a super-block (6-bit or int8 scales, re-quantizing, packing) is ref::finish_block_q4k's steps,
-// Q4_K's re-quantizing in vectors too, and ref::finish_block_q6k.
+// byte). The rest of a super-block is ref::finish_block_q4k's / q6k's steps (6-bit or int8 scales, packing), the
+// re-quantizing between them in vectors too.
 //
 // Why: a Q4_K fit tries 21 grids per 32-value sub-block (Q6_K: 19 per 16 values), each a chain of dependent f32
 // sums, and loading a bf16 model with --quantize q4_k_m spent most of its time there
@@ -187,6 +187,26 @@ struct Lanes {
     }
   }
 
+  // ref::requantize_q6k for one super-block, kLanes values at a time (a 16-value sub-block is 16 / kLanes vectors):
+  // per value the same division and rounding, so the same levels.
+  static TS_FIT_INLINE void requantize_q6k(const float* x, const BlockQ6_K& y, uint8_t* levels) {
+    typedef uint8_t Bytes __attribute__((vector_size(kLanes)));
+    const float d_super = f16_to_f32(y.d);
+    for (int j = 0; j < kQ6KSubBlocks; ++j) {
+      const float d = d_super * y.scales[j];
+      if (d == 0) continue;  // keeps the fitted levels
+      for (int i = kQ6KSubValues * j; i < kQ6KSubValues * (j + 1); i += kLanes) {
+        F v;
+        std::memcpy(&v, x + i, sizeof v);
+        I l = nearest_int(v / d);  // a division, as the reference (not signed_level's multiply)
+        l = select(l < -kQ6KHalfRange, I{} - kQ6KHalfRange, l);
+        l = select(l > kQ6KHalfRange - 1, I{} + (kQ6KHalfRange - 1), l);
+        const Bytes bytes = __builtin_convertvector(l + kQ6KHalfRange, Bytes);
+        std::memcpy(levels + i, &bytes, sizeof bytes);
+      }
+    }
+  }
+
   // ref's signed_level: the nearest of -32..31 to x * inv_scale, per lane.
   static TS_FIT_INLINE I signed_level(F x, F inv_scale) {
     I l = nearest_int(inv_scale * x);
@@ -261,7 +281,9 @@ struct Lanes {
       for (int part = 0; part < kQ6KSubBlocks / kLanes; ++part)
         fit_q6k(x + b * kSuper + part * kLanes * kQ6KSubValues, levels + part * kLanes * kQ6KSubValues,
                 scales + part * kLanes);
-      ref::finish_block_q6k(x + b * kSuper, scales, levels, &y[b]);
+      if (!ref::store_scales_q6k(scales, &y[b])) continue;  // ref::finish_block_q6k's steps, the middle one here
+      requantize_q6k(x + b * kSuper, y[b], levels);
+      ref::pack_levels_q6k(levels, &y[b]);
     }
   }
 
