@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/quant.h"
 #include "kernels/quant_k.h"
@@ -80,6 +81,44 @@ TEST_P(KQuantize, Q6KEqualsTheReferenceByteForByte) {
       }
     }
   }
+}
+
+// Q6_K super-blocks where re-quantizing must divide as the reference does: some value's level x / d against its
+// stored scale rounds differently if the division is replaced by a multiply with the reciprocal. Such values are
+// rare, so random blocks are searched for them (against the reference's own blocks), once per process. Q4_K's levels
+// (0..15) make them rarer still: none among 16M random values, so its re-quantizing relies on the byte tests above.
+const std::vector<float>& q6k_blocks_on_a_division_edge() {
+  static const std::vector<float> found = [] {
+    std::vector<float> blocks;
+    const auto nearest = [](float v) { return int(std::nearbyint(v)); };  // half to even, as ref's nearest_int
+    for (uint32_t seed = 1; seed <= 64 && blocks.size() < size_t(4) * kQK_K; ++seed) {
+      const int nb = 1024;
+      const std::vector<float> x = random_normal(size_t(nb) * kQK_K, 1.0f, seed);
+      std::vector<BlockQ6_K> y(nb);
+      ref::quantize_q6_k(x.data(), y.data(), nb);
+      for (int b = 0; b < nb; ++b) {
+        const float* xb = x.data() + size_t(b) * kQK_K;
+        bool edge = false;
+        for (int j = 0; j < 16 && !edge; ++j) {
+          const float d = f16_to_f32(y[b].d) * y[b].scales[j];
+          for (int i = 16 * j; i < 16 * j + 16 && d != 0; ++i) edge |= nearest(xb[i] / d) != nearest(xb[i] * (1 / d));
+        }
+        if (edge) blocks.insert(blocks.end(), xb, xb + kQK_K);
+      }
+    }
+    return blocks;
+  }();
+  return found;
+}
+
+TEST_P(KQuantize, Q6KReQuantizingDividesAsTheReference) {
+  const std::vector<float>& x = q6k_blocks_on_a_division_edge();
+  ASSERT_FALSE(x.empty()) << "no Q6_K block on a division edge found";
+  const int nb = int(x.size() / kQK_K);
+  std::vector<BlockQ6_K> want(nb), got(nb);
+  ref::quantize_q6_k(x.data(), want.data(), nb);
+  cpu::kernel_table(GetParam()).quantize_q6_k(x.data(), got.data(), nb);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(BlockQ6_K) * nb), 0) << nb << " blocks";
 }
 
 TS_INSTANTIATE_PER_ISA(KQuantize);
