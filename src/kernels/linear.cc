@@ -16,6 +16,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/qgemm.h"
+#include "kernels/ops.h"
 #include "kernels/weight_memory.h"
 
 namespace ts::kernels {
@@ -252,6 +253,49 @@ void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) c
   TS_CHECK(acts.rows == rows, "Linear::forward_parts: ", acts.rows, " quantized rows for ", rows);
   thread_local std::vector<std::vector<float>> part_y;  // [parts][rows, a part's out_features]
   cpu::qgemm_stacked(cpu::active_kernels().qgemm->kernel, m.qgemm_parts, acts, y, m.in_features, part_y);
+}
+
+void Linear::swiglu_mlp(const Linear& gate_up, const Linear& down, const float* x, int rows, float* y) {
+  const Impl& gu = *gate_up.impl_;
+  const Impl& dn = *down.impl_;
+  const int inter = dn.in_features;
+  TS_CHECK(rows >= 1 && gu.out_features == 2 * inter,
+           "Linear::swiglu_mlp: gate_up has ", gu.out_features, " outputs for a down of ", inter, " inputs");
+  thread_local std::vector<float> gate_up_rows, act_rows;  // [rows, 2 I] = [gate | up] per row; [rows, I]
+  gate_up_rows.resize(size_t(rows) * 2 * inter);
+  act_rows.resize(size_t(rows) * inter);
+  if (!(gu.quantized && gu.parts.empty() && dn.quantized && inter % cpu::kQBlock == 0)) {
+    gate_up.forward(x, rows, gate_up_rows.data());
+    swiglu_rows(gate_up_rows.data(), rows, inter, act_rows.data());
+    return down.forward(act_rows.data(), rows, y);
+  }
+  const cpu::QgemmKernel kernel = cpu::active_kernels().qgemm->kernel;
+  thread_local cpu::QuantizedRows x_blocks, act_blocks;  // x: [rows, in / 32] blocks; the swiglu rows: [rows, I / 32]
+  cpu::quantize_rows(kernel, x, rows, gu.in_features, &x_blocks);
+  act_blocks.shape(rows, inter);
+  // Pointers, not the thread_local names, inside the tasks (a worker's own copies are empty).
+  const cpu::QuantizedRows* xq = &x_blocks;
+  cpu::QuantizedRows* aq = &act_blocks;
+  float* gate_up_y = gate_up_rows.data();
+  float* act = act_rows.data();
+  const uint8_t* packed = static_cast<const uint8_t*>(gu.packed.get());
+  const int blocks = inter / cpu::kQBlock, up_group = inter / cpu::kQGroup;
+  const bool worth = cpu::gemm_worth_threads(rows, gu.out_features, gu.in_features, 1);
+  cpu::parallel_ranges(blocks, worth, [&](int64_t b0, int64_t b1) {
+    const int g0 = int(b0) * 2, g1 = int(b1) * 2;  // two 16-output groups per 32-column block
+    cpu::qgemm_group_range(kernel, gu.quant, *xq, packed, gate_up_y, gu.out_features, gu.in_features, g0, g1);
+    cpu::qgemm_group_range(kernel, gu.quant, *xq, packed, gate_up_y, gu.out_features, gu.in_features, up_group + g0,
+                           up_group + g1);
+    const int c0 = int(b0) * cpu::kQBlock, cols = int(b1 - b0) * cpu::kQBlock;
+    for (int r = 0; r < rows; ++r) {
+      const float* gate = gate_up_y + size_t(r) * 2 * inter;  // [gate | up]
+      swiglu(gate + c0, gate + inter + c0, act + size_t(r) * inter + c0, cols);
+      cpu::quantize_block_range(kernel, act, int64_t(r) * blocks + b0, int64_t(r) * blocks + b1, aq);
+    }
+  });
+  if (!dn.parts.empty()) return down.forward_parts(act_blocks, rows, y);
+  cpu::qgemm(kernel, dn.quant, act_blocks, static_cast<const uint8_t*>(dn.packed.get()), y, dn.out_features,
+             dn.in_features);
 }
 
 int Linear::out_features() const { return impl_->out_features; }

@@ -46,6 +46,13 @@ class Linear {
   // whole) only those groups are computed; elsewhere the whole product runs and the columns are copied out.
   void forward_columns(const float* x, int rows, int col_begin, int col_end, float* y) const;
 
+  // y: [rows, down.out_features] = down(swiglu(gate_up(x))) for a gate_up whose outputs are [gate | up], I each, and
+  // a down of I inputs: bit for bit forward(), swiglu_rows (ops.h) and down's forward() in turn. Where both products
+  // are quantized and I is a multiple of 32, each thread computes the gate and up columns of its own 32-column
+  // blocks, applies swiglu to them and quantizes them as down's input blocks, all in one parallel region: no thread
+  // reads another's gate / up outputs, and only down's int8 input crosses between cores.
+  static void swiglu_mlp(const Linear& gate_up, const Linear& down, const float* x, int rows, float* y);
+
   int out_features() const;
   int in_features() const;
   DType compute_type() const;  // F32 or BF16; F32 for quantized weights (the integer GEMM's output)

@@ -186,15 +186,11 @@ void attn_out_residual(const LayerWeights& w, const LayerShape& shape, const flo
 }
 
 void mlp_residual(const LayerWeights& w, const LayerShape& shape, float* x, int n, LayerScratch& s) {
-  const int H = shape.hidden, I = shape.intermediate;
+  const int H = shape.hidden;
   s.h.resize(size_t(n) * H);
   kernels::rmsnorm(x, w.post_norm.data(), s.h.data(), n, H, shape.eps);
-  s.gate_up.resize(size_t(n) * 2 * I);
-  w.gate_up.forward(s.h.data(), n, s.gate_up.data());
-  s.act.resize(size_t(n) * I);
-  kernels::swiglu_rows(s.gate_up.data(), n, I, s.act.data());  // each row [gate | up]
   s.proj.resize(size_t(n) * H);
-  w.down.forward(s.act.data(), n, s.proj.data());
+  kernels::Linear::swiglu_mlp(w.gate_up, w.down, s.h.data(), n, s.proj.data());
   kernels::add(x, s.proj.data(), int64_t(n) * H);
 }
 

@@ -74,8 +74,6 @@ struct LayerScratch {
   std::vector<float> h;        // [n, hidden]
   std::vector<float> qkv;      // [n, q_dim + 2 kv_dim]
   std::vector<float> proj;     // [n, hidden]
-  std::vector<float> gate_up;  // [n, 2 intermediate]
-  std::vector<float> act;      // [n, intermediate]
 };
 
 // Projects h: [n, hidden] (already normed) to q: [n, q_dim] and k, v: [n, kv_dim] each, with bias, q/k norm and

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/linear.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 
 namespace ts::kernels {
@@ -326,6 +327,57 @@ TEST_P(QuantizedLinear, ForwardColumnsEqualsTheForwardsColumns) {
   set_num_threads(threads);
   EXPECT_THROW(products[0].forward_columns(x.data(), 1, 64, 64, nullptr), Error);
   EXPECT_THROW(products[0].forward_columns(x.data(), 1, 0, out + 1, nullptr), Error);
+}
+
+// swiglu_mlp gives, bit for bit, gate_up's forward, swiglu_rows and down's forward in turn: fused where both
+// products are quantized (each thread's gate / up columns swiglu'd and quantized in place), in sequence elsewhere
+// (bf16, a stacked gate_up), for every row and thread count. I = 768 (24 blocks of 32) is threaded from one row;
+// I = 96 (3 blocks, split unevenly) from 17 rows.
+TEST_P(QuantizedLinear, SwigluMlpEqualsItsThreeSteps) {
+  const int hidden = 512;
+  const std::vector<float> x = random_normal(size_t(17) * hidden, 1.0f, 47);
+  const int threads = num_threads();
+  for (int inter : {768, 96}) {
+    const std::vector<float> w_gu = random_normal(size_t(2) * inter * hidden, 0.05f, 51);
+    const std::vector<float> w_down = random_normal(size_t(hidden) * inter, 0.05f, 53);
+    const bool k_quants = inter % 256 == 0;
+    std::vector<std::pair<kernels::Linear, kernels::Linear>> mlps;  // (gate_up, down)
+    mlps.emplace_back(kernels::Linear(to_bf16_bits(w_gu).data(), DType::BF16, 2 * inter, hidden, DType::BF16),
+                      kernels::Linear(to_bf16_bits(w_down).data(), DType::BF16, hidden, inter, DType::BF16));
+    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K}) {
+      const QuantType down_type = k_quants ? t : QuantType::Q8_0;
+      mlps.emplace_back(kernels::Linear(w_gu.data(), DType::F32, 2 * inter, hidden, t),
+                        kernels::Linear(w_down.data(), DType::F32, hidden, inter, down_type));
+    }
+    std::vector<kernels::Linear> parts;  // gate in Q4_K, up in Q6_K: a stacked gate_up runs the three steps
+    parts.emplace_back(w_gu.data(), DType::F32, inter, hidden, QuantType::Q4_K);
+    parts.emplace_back(w_gu.data() + size_t(inter) * hidden, DType::F32, inter, hidden, QuantType::Q6_K);
+    mlps.emplace_back(kernels::Linear::stacked(std::move(parts)),
+                      kernels::Linear(w_down.data(), DType::F32, hidden, inter, QuantType::Q4_0));
+    for (const auto& [gate_up, down] : mlps) {
+      for (int t : {1, 2, 3}) {
+        set_num_threads(t);
+        for (int rows : {1, 3, 8, 17}) {
+          std::vector<float> gu(size_t(rows) * 2 * inter), act(size_t(rows) * inter), want(size_t(rows) * hidden);
+          gate_up.forward(x.data(), rows, gu.data());
+          swiglu_rows(gu.data(), rows, inter, act.data());
+          down.forward(act.data(), rows, want.data());
+          std::vector<float> got(want.size(), -1.0f);
+          kernels::Linear::swiglu_mlp(gate_up, down, x.data(), rows, got.data());
+          EXPECT_EQ(bit_differences(want.data(), got.data(), want.size()), 0u)
+              << gate_up.format_name() << " / " << down.format_name() << " I " << inter << " threads " << t
+              << " rows " << rows;
+        }
+      }
+    }
+  }
+  set_num_threads(threads);
+  const kernels::Linear gate_up(random_normal(size_t(2) * 64 * hidden, 0.05f, 1).data(), DType::F32, 128, hidden,
+                                QuantType::Q8_0);
+  const kernels::Linear down(random_normal(size_t(hidden) * 96, 0.05f, 2).data(), DType::F32, hidden, 96,
+                             QuantType::Q8_0);
+  std::vector<float> y(hidden);
+  EXPECT_THROW(kernels::Linear::swiglu_mlp(gate_up, down, x.data(), 1, y.data()), Error);
 }
 
 }  // namespace

@@ -151,25 +151,35 @@ std::vector<QgemmKernel> qgemm_supported_kernels() {
 
 QgemmKernel qgemm_active_kernel() { return active_kernels().qgemm->kernel; }
 
+void quantize_block_range(QgemmKernel k, const float* x, int64_t block_begin, int64_t block_end,
+                          QuantizedRows* acts) {
+  qgemm_table(k).quantize_blocks(x, block_begin, block_end, acts);
+  for (int64_t i = block_begin; i < block_end; ++i) {
+    acts->sum_neg8[size_t(i)] = -8 * acts->sum[size_t(i)];
+    acts->sum_neg128[size_t(i)] = -128 * acts->sum[size_t(i)];
+    acts->sum16_neg32[size_t(2 * i)] = -32 * acts->sum16[size_t(2 * i)];
+    acts->sum16_neg32[size_t(2 * i + 1)] = -32 * acts->sum16[size_t(2 * i + 1)];
+  }
+}
+
 void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts) {
   TS_CHECK(in_features % kQBlock == 0, "quantize_rows: in_features ", in_features, " is not a multiple of 32");
   acts->shape(rows, in_features);
-  const auto quantize_blocks = qgemm_table(k).quantize_blocks;
   const int64_t blocks = int64_t(rows) * (in_features / kQBlock);
   // Blocks are independent, so threads split them (in runs of 16, a vector quantizer's tile) with the same bits.
   // Parallel from 16k values: below that the split did not pay for its hand-off (docs/results/optimization-notes.md,
   // "Activation quantizing: threads split the blocks").
   parallel_ranges((blocks + 15) / 16, int64_t(rows) * in_features >= kParallelQuantizeValues,
                   [&](int64_t t0, int64_t t1) {
-                    const int64_t b0 = t0 * 16, b1 = std::min(blocks, t1 * 16);
-                    quantize_blocks(x, b0, b1, acts);
-                    for (int64_t i = b0; i < b1; ++i) {
-                      acts->sum_neg8[size_t(i)] = -8 * acts->sum[size_t(i)];
-                      acts->sum_neg128[size_t(i)] = -128 * acts->sum[size_t(i)];
-                      acts->sum16_neg32[size_t(2 * i)] = -32 * acts->sum16[size_t(2 * i)];
-                      acts->sum16_neg32[size_t(2 * i + 1)] = -32 * acts->sum16[size_t(2 * i + 1)];
-                    }
+                    quantize_block_range(k, x, t0 * 16, std::min(blocks, t1 * 16), acts);
                   });
+}
+
+void qgemm_group_range(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                       int out_features, int in_features, int group_begin, int group_end) {
+  const QgemmTable& table = qgemm_table(k);
+  (qgemm_is_k(t) ? table.groups_k : table.groups)(t, acts, packed, y, out_features, in_features, group_begin,
+                                                  group_end);
 }
 
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,

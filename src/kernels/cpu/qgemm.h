@@ -100,10 +100,19 @@ QgemmKernel qgemm_active_kernel();
 
 // x: [rows, in] -> acts. Same bits from every kernel variant.
 void quantize_rows(QgemmKernel k, const float* x, int rows, int in_features, QuantizedRows* acts);
+// Blocks [block_begin, block_end) of acts (shaped already; block i is x[32 i, 32 i + 32), the blocks of all rows in
+// sequence), every field quantize_rows fills, on the calling thread: the same bits, for callers that quantize the
+// blocks they produced on their own threads.
+void quantize_block_range(QgemmKernel k, const float* x, int64_t block_begin, int64_t block_end,
+                          QuantizedRows* acts);
 // y: [rows, out_features] = acts . W^T for packed weights of type t.
 void qgemm(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
            int out_features, int in_features);
 
+// Only the 16-output groups [group_begin, group_end) of qgemm's y (the other columns untouched), on the calling
+// thread.
+void qgemm_group_range(QgemmKernel k, QuantType t, const QuantizedRows& acts, const uint8_t* packed, float* y,
+                       int out_features, int in_features, int group_begin, int group_end);
 // One part of a stacked product (qgemm_stacked): packed weights of type t for out_features outputs.
 struct QgemmPart {
   QuantType type = QuantType::Q8_0;
