@@ -22,6 +22,7 @@
 #include "engine/cost_cache.h"
 #include "engine/cost_curve.h"
 #include "engine/model_bundle.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/weight_memory.h"
 #include "model/drafter.h"
 #include "model/random_checkpoint.h"
@@ -283,6 +284,12 @@ int bench_forward(int argc, char** argv) {
                 i8 >= 0 ? cat("x", int(v.cost.ms[i8] / k1 * 100) / 100.0).c_str() : "-",
                 i16 >= 0 ? cat("x", int(v.cost.ms[i16] / k1 * 100) / 100.0).c_str() : "-", prefill, decode_tps, ratio);
   }
+  // Where the range splits stand after these runs (kernels/cpu/parallel.h): the caller's share times the tasks.
+  std::vector<double> shares = kernels::cpu::range_shares();
+  std::sort(shares.begin(), shares.end());
+  if (!shares.empty())
+    std::printf("\nRange splits over %zu call sites: the caller's share x tasks %.2f (min) %.2f (median) %.2f (max); "
+                "1 = equal\n", shares.size(), shares.front(), shares[shares.size() / 2], shares.back());
   // The compute floor: what the GEMMs alone would cost at the variant's probed peak (one core's independent-chain
   // multiply-adds per ns, times the threads), against the measured k=1 step. A ratio goal below its floor cannot be
   // met on this machine by any kernel; attention's multiply-adds (a few % at context 512) are left out.
@@ -339,6 +346,7 @@ int bench_forward(int argc, char** argv) {
                      {"drafter", drafter_json},
                      {"context", context},
                      {"threads", num_threads()},
+                     {"range_shares", shares},
                      {"kv_dtype", dtype_name(model->kv_dtype())},
                      {"cpu", cpu_model_name()},
                      {"l3_bytes", l3_cache_bytes()},

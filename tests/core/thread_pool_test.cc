@@ -180,6 +180,59 @@ TEST(ParallelRanges, EveryUnitRunsExactlyOnceInContiguousPieces) {
   }
 }
 
+// split_begin: task 0 takes its share of the range (at least one unit, and leaving one for each other task), the
+// others equal parts of the rest; the pieces tile [0, n) in order.
+TEST(ParallelRanges, SplitGivesTheCallerItsShareAndTilesTheRange) {
+  using kernels::cpu::split_begin;
+  EXPECT_EQ(split_begin(100, 2, 0.5, 1), 50);
+  EXPECT_EQ(split_begin(100, 2, 0.6, 1), 60);
+  EXPECT_EQ(split_begin(100, 3, 0.5, 1), 50);
+  EXPECT_EQ(split_begin(100, 3, 0.5, 2), 75);
+  EXPECT_EQ(split_begin(4, 2, 0.57, 1), 2);  // 2.28 units rounds to 2
+  EXPECT_EQ(split_begin(4, 2, 0.99, 1), 3);  // one unit is left for the worker
+  EXPECT_EQ(split_begin(4, 2, 0.0, 1), 1);   // and one is kept for the caller
+  for (int64_t n : {2, 3, 7, 100}) {
+    for (int64_t tasks = 1; tasks <= std::min<int64_t>(n, 5); ++tasks) {
+      for (double share : {0.0, 0.1, 0.5, 0.9, 1.0}) {
+        EXPECT_EQ(split_begin(n, tasks, share, 0), 0);
+        EXPECT_EQ(split_begin(n, tasks, share, tasks), n) << n << " " << tasks << " " << share;
+        for (int64_t t = 0; t < tasks; ++t)
+          EXPECT_LT(split_begin(n, tasks, share, t), split_begin(n, tasks, share, t + 1))
+              << "an empty piece: n " << n << " tasks " << tasks << " share " << share << " task " << t;
+      }
+    }
+  }
+}
+
+// next_range_share moves the share a fixed step towards the split at which the caller and the workers would have
+// finished together, stays inside its bounds, and ignores runs without a measurement; repeated runs at fixed speeds
+// converge on the balanced split, and a share gone wrong comes back.
+TEST(ParallelRanges, ShareFollowsTheThreadsSpeeds) {
+  using kernels::cpu::next_range_share;
+  // Equal speeds keep an equal split.
+  EXPECT_DOUBLE_EQ(next_range_share(0.5, 2, 50, 100, 50, 100), 0.5);
+  // The caller twice as fast: balanced at 2/3, one step of 1/8 from 0.5.
+  EXPECT_NEAR(next_range_share(0.5, 2, 50, 100, 50, 200), 0.5 + 0.125 * (2.0 / 3 - 0.5), 1e-12);
+  // Three threads, the caller at the workers' speed: balanced at 1/3.
+  EXPECT_NEAR(next_range_share(1.0 / 3, 3, 40, 40, 80, 80), 1.0 / 3, 1e-12);
+  // No measurement, no move.
+  EXPECT_EQ(next_range_share(0.4, 2, 50, 0, 50, 100), 0.4);
+  EXPECT_EQ(next_range_share(0.4, 2, 50, 100, 0, 100), 0.4);
+  // Bounds for two threads: [0.25, 0.75], however lopsided the measurement.
+  double share = 0.5;
+  for (int run = 0; run < 200; ++run) share = next_range_share(share, 2, 50, 1, 50, 1e9);
+  EXPECT_DOUBLE_EQ(share, 0.75);
+  for (int run = 0; run < 200; ++run) share = next_range_share(share, 2, 50, 1e9, 50, 1);
+  EXPECT_DOUBLE_EQ(share, 0.25);
+  // Converges on the balanced split of fixed speeds (caller 1.5 units a tick, worker 1): 0.6.
+  share = 0.25;
+  for (int run = 0; run < 200; ++run) {
+    const double caller_units = 1000 * share, worker_units = 1000 - caller_units;
+    share = next_range_share(share, 2, caller_units, caller_units / 1.5, worker_units, worker_units / 1.0);
+  }
+  EXPECT_NEAR(share, 0.6, 1e-6);
+}
+
 }  // namespace
 }  // namespace ts
 
