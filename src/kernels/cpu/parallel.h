@@ -31,8 +31,8 @@ constexpr int64_t kTasksPerThread = 1;
 // (docs/results/optimization-notes.md, "Range splits: the caller's share follows the threads' speeds").
 struct RangeShare {
   static constexpr double kStep = 0.125;  // how far one run moves the share towards its balanced value
-  std::atomic<float> caller{0};           // the caller's fraction of the range; 0 until a first run sets 1 / tasks
-  std::atomic<int> tasks{0};              // of the last run that updated it
+  std::atomic<float> caller{0};           // the caller's fraction of the range
+  std::atomic<int> tasks{0};              // the task count it was learned for (another count starts at 1 / tasks)
 };
 // Every call site's share is registered on its first threaded run, so reports can show where the splits stand
 // (bench forward prints them): range_shares() gives the caller's share times the task count (1 = an equal split)
@@ -97,7 +97,7 @@ inline void parallel_ranges(int64_t n, bool worth_it, const Body& body) {
   [[maybe_unused]] static const bool registered = (register_range_share(&site), true);
   const int64_t tasks = std::min<int64_t>(n, threads * kTasksPerThread);
   float share = site.caller.load(std::memory_order_relaxed);
-  if (share <= 0) share = 1.0f / float(tasks);
+  if (share <= 0 || site.tasks.load(std::memory_order_relaxed) != tasks) share = 1.0f / float(tasks);  // new count
   const std::thread::id caller = std::this_thread::get_id();
   uint64_t caller_ticks = 0;
   std::atomic<uint64_t> worker_ticks{0};
