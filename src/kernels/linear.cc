@@ -204,9 +204,7 @@ void Linear::forward(const float* x, int rows, float* y) const {
     thread_local cpu::QuantizedRows acts;  // [rows, in / 32] blocks of x
     const cpu::QgemmKernel kernel = kernels.qgemm->kernel;
     cpu::quantize_rows(kernel, x, rows, m.in_features, &acts);
-    if (!m.parts.empty()) return forward_parts(acts, rows, y);
-    return cpu::qgemm(kernel, m.quant, acts, static_cast<const uint8_t*>(m.packed.get()), y, m.out_features,
-                      m.in_features);
+    return forward_blocks(acts, rows, y);
   }
   if (m.compute == DType::F32) {
     return kernels.linear_f32(x, static_cast<const float*>(m.packed.get()), y, rows, m.out_features, m.in_features);
@@ -248,11 +246,15 @@ void Linear::forward_columns(const float* x, int rows, int col_begin, int col_en
     std::memcpy(y + size_t(r) * cols, all.data() + size_t(r) * m.out_features + col_begin, sizeof(float) * cols);
 }
 
-void Linear::forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const {
+void Linear::forward_blocks(const cpu::QuantizedRows& acts, int rows, float* y) const {
   const Impl& m = *impl_;
-  TS_CHECK(acts.rows == rows, "Linear::forward_parts: ", acts.rows, " quantized rows for ", rows);
+  TS_CHECK(acts.rows == rows, "Linear::forward_blocks: ", acts.rows, " quantized rows for ", rows);
+  const cpu::QgemmKernel kernel = cpu::active_kernels().qgemm->kernel;
+  if (m.parts.empty())
+    return cpu::qgemm(kernel, m.quant, acts, static_cast<const uint8_t*>(m.packed.get()), y, m.out_features,
+                      m.in_features);
   thread_local std::vector<std::vector<float>> part_y;  // [parts][rows, a part's out_features]
-  cpu::qgemm_stacked(cpu::active_kernels().qgemm->kernel, m.qgemm_parts, acts, y, m.in_features, part_y);
+  cpu::qgemm_stacked(kernel, m.qgemm_parts, acts, y, m.in_features, part_y);
 }
 
 void Linear::swiglu_mlp(const Linear& gate_up, const Linear& down, const float* x, int rows, float* y) {
@@ -293,9 +295,7 @@ void Linear::swiglu_mlp(const Linear& gate_up, const Linear& down, const float* 
       cpu::quantize_block_range(kernel, act, int64_t(r) * blocks + b0, int64_t(r) * blocks + b1, aq);
     }
   });
-  if (!dn.parts.empty()) return down.forward_parts(act_blocks, rows, y);
-  cpu::qgemm(kernel, dn.quant, act_blocks, static_cast<const uint8_t*>(dn.packed.get()), y, dn.out_features,
-             dn.in_features);
+  down.forward_blocks(act_blocks, rows, y);
 }
 
 int Linear::out_features() const { return impl_->out_features; }

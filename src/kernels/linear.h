@@ -66,7 +66,8 @@ class Linear {
   struct Impl;
   // A quantized Linear of that shape with its packed weights allocated, not yet written.
   static Linear quantized_shell(QuantType quant, int out_features, int in_features);
-  void forward_parts(const cpu::QuantizedRows& acts, int rows, float* y) const;  // stacked(): each part, then y
+  // Quantized: y from x already quantized in blocks (a stacked product: each part, then y).
+  void forward_blocks(const cpu::QuantizedRows& acts, int rows, float* y) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -203,7 +203,6 @@ void qgemm_stacked(QgemmKernel k, const std::vector<QgemmPart>& parts, const Qua
     columns += parts[p].out_features;
     part_y[p].resize(size_t(rows) * parts[p].out_features);
   }
-  const QgemmTable& table = qgemm_table(k);
   parallel_ranges(groups, gemm_worth_threads(rows, columns, in_features, 1), [&](int64_t begin, int64_t end) {
     int first_group = 0, first_column = 0;  // part p's groups and output columns start here
     for (size_t p = 0; p < parts.size(); first_group += qgemm_groups(parts[p].out_features),
@@ -212,8 +211,7 @@ void qgemm_stacked(QgemmKernel k, const std::vector<QgemmPart>& parts, const Qua
       const int g0 = int(std::max<int64_t>(begin - first_group, 0));
       const int g1 = int(std::min<int64_t>(end - first_group, qgemm_groups(part.out_features)));
       if (g0 >= g1) continue;
-      const QgemmGroupsFn fn = qgemm_is_k(part.type) ? table.groups_k : table.groups;
-      fn(part.type, acts, part.packed, part_y[p].data(), part.out_features, in_features, g0, g1);
+      qgemm_group_range(k, part.type, acts, part.packed, part_y[p].data(), part.out_features, in_features, g0, g1);
       // This range's columns of the part into y (each thread copies the groups it computed).
       const int c0 = g0 * kQGroup, c1 = std::min(part.out_features, g1 * kQGroup);
       for (int r = 0; r < rows; ++r)
