@@ -2,7 +2,9 @@
 // context at batch b, the weight bandwidth at k = 1 against the machine's read bandwidth measured in the same run
 // (by a streaming loop, just before each variant's curve), and prefill tokens/s of a 128-token prompt against
 // decode tokens/s. --isa avx2,avx512 measures several kernel variants side by side in one run. The load-adaptive
-// tree policy (engine/cost_model.h) reads this curve.
+// tree policy (engine/cost_model.h) reads this curve. With two threads or more it also prints, for k = 1 and the
+// largest k, where a forward's time goes between the threads (the ops split over them, each thread's work inside
+// those, the rest on the caller alone), beside the core-to-core round trip measured just before.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
+#include <x86intrin.h>
 
 #include "benches.h"
 #include "core/cpu.h"
@@ -51,12 +54,64 @@ double measure_prefill_ms(TargetModel& model, int tokens, int reps) {
   return times[times.size() / 2];
 }
 
+// Where one forward's time goes between the threads, batch 1, k rows over `context` committed tokens (the
+// parallel_ranges accounting of kernels/cpu/parallel.h): the ops split over the threads, and how much of their time
+// each thread spent working; the rest of the forward ran on the caller alone. Shares of the forward's wall time.
+struct ThreadSplit {
+  int k = 0;
+  double ms = 0, ops = 0;  // per forward
+  double in_ops = 0, caller_busy = 0, worker_busy = 0;
+};
+ThreadSplit measure_thread_split(TargetModel& model, int context, int k, int reps) {
+  const int vocab = model.config().vocab_size;
+  KVCache cache = model.new_cache(context + k);
+  ForwardResult fr;
+  if (context > 0) {
+    ForwardBatch prefix;
+    for (int i = 0; i < context; ++i) {
+      prefix.tokens.push_back((i * 7919 + 3) % vocab);
+      prefix.positions.push_back(i);
+    }
+    model.forward(prefix, {&cache}, &fr);
+    cache.commit_all();
+  }
+  ForwardBatch fb;
+  for (int i = 0; i < k; ++i) {
+    fb.tokens.push_back((i * 104729 + 11) % vocab);
+    fb.positions.push_back(context + i);
+    fb.logit_rows.push_back(i);
+  }
+  model.forward(fb, {&cache}, &fr);  // warm-up
+  cache.drop_pending();
+  const int n = std::max(reps, 10);
+  kernels::cpu::reset_range_runs();
+  const double t0 = now_ms();
+  const uint64_t tsc0 = __rdtsc();
+  for (int r = 0; r < n; ++r) {
+    model.forward(fb, {&cache}, &fr);
+    cache.drop_pending();
+  }
+  const double ms = now_ms() - t0;
+  const double ticks = double(__rdtsc() - tsc0);
+  const kernels::cpu::RangeRuns runs = kernels::cpu::range_runs();
+  ThreadSplit s;
+  s.k = k;
+  s.ms = ms / n;
+  s.ops = double(runs.runs) / n;
+  s.in_ops = runs.wall / ticks;
+  s.caller_busy = runs.caller_busy / ticks;
+  s.worker_busy = runs.worker_busy / ticks / std::max(1, num_threads() - 1);
+  return s;
+}
+
 struct VariantResult {
   Isa isa;
   std::string format;  // the target's weight format (TargetModel::weight_format)
   double weight_gb = 0;  // packed weights one forward streams
   double bandwidth_gbs = 0, prefill_ms = 0;
+  double round_trip_ns = 0;  // a cache line to another core and back, measured just before (core/thread_pool.h)
   CostModel cost;
+  std::vector<ThreadSplit> splits;  // batch 1, k = 1 and the largest k (2 threads or more)
 };
 
 // The drafter's share of a round, next to the target's decode step (last variant measured): one block forward
@@ -218,7 +273,10 @@ int bench_forward(int argc, char** argv) {
     v.format = model->weight_format();
     v.weight_gb = weight_gb;
     v.bandwidth_gbs = ts::measure_read_bandwidth_gbs(size_t(1) << 30);
+    if (num_threads() > 1) v.round_trip_ns = core_round_trip_ns();
     v.cost = measure_cost_curve(*model, opt);
+    if (num_threads() > 1)
+      for (int k : {ks.front(), ks.back()}) v.splits.push_back(measure_thread_split(*model, context, k, reps));
     if (prefill_tokens > 0) v.prefill_ms = measure_prefill_ms(*model, prefill_tokens, std::max(1, reps / 2));
     const CostModel& cost = v.cost;
     std::printf("weights %s, %.3f GB; ISA %s, %d threads, read bandwidth %.1f GB/s measured just before\n",
@@ -249,12 +307,28 @@ int bench_forward(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    nlohmann::json splits = nlohmann::json::array();
+    if (!v.splits.empty()) {
+      std::printf("where a forward's time goes, batch 1, %d threads (core-to-core round trip %.0f ns): the ops split "
+                  "over the threads, each thread's work in them, and the rest on the caller alone; %% of the forward\n",
+                  num_threads(), v.round_trip_ns);
+      std::printf("%-6s %9s %10s %10s %12s %12s %12s\n", "k", "ms", "split ops", "in them", "caller busy",
+                  "worker busy", "caller alone");
+      for (const ThreadSplit& t : v.splits) {
+        std::printf("%-6d %9.3f %10.0f %9.0f%% %11.0f%% %11.0f%% %11.0f%%\n", t.k, t.ms, t.ops, 100 * t.in_ops,
+                    100 * t.caller_busy, 100 * t.worker_busy, 100 * (1 - t.in_ops));
+        splits.push_back({{"k", t.k}, {"ms", t.ms}, {"split_ops", t.ops}, {"in_split_ops", t.in_ops},
+                          {"caller_busy", t.caller_busy}, {"worker_busy", t.worker_busy}});
+      }
+    }
     const double k1_ms = cost.ms[0];
     const double k1_gbs = weight_gb / (k1_ms / 1e3);
     per_isa.push_back({{"isa", isa_name(isa)},
                        {"weights", v.format},
                        {"weight_gb", weight_gb},
                        {"read_bandwidth_gbs", v.bandwidth_gbs},
+                       {"core_round_trip_ns", v.round_trip_ns},
+                       {"thread_split", splits},
                        {"k1_weight_gbs", k1_gbs},
                        {"k1_share_of_bandwidth", k1_gbs / v.bandwidth_gbs},
                        {"prefill_tokens", prefill_tokens},

@@ -24,31 +24,6 @@ void spin_for_ns(int64_t ns) {
   }
 }
 
-// Mean round trip of a counter passed between this thread and another, in ns.
-double round_trip_ns() {
-  alignas(64) static std::atomic<int> ping{0};
-  alignas(64) static std::atomic<int> pong{0};
-  constexpr int kTrips = 100000;
-  ping.store(0);
-  pong.store(0);
-  std::thread other([] {
-    for (int i = 1; i <= kTrips; ++i) {
-      while (ping.load(std::memory_order_acquire) != i) {
-      }
-      pong.store(i, std::memory_order_release);
-    }
-  });
-  const auto start = Clock::now();
-  for (int i = 1; i <= kTrips; ++i) {
-    ping.store(i, std::memory_order_release);
-    while (pong.load(std::memory_order_acquire) != i) {
-    }
-  }
-  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kTrips;
-  other.join();
-  return ns;
-}
-
 struct Overhead {
   double median, p90, p99;
 };
@@ -77,7 +52,7 @@ int main(int argc, char** argv) {
               threads);
   std::printf("%-6s %14s %28s %28s\n", "pass", "round trip ns", "overhead us, 0 us of work", "overhead us, 2 us of work");
   for (int pass = 1; pass <= 3; ++pass) {
-    const double trip = round_trip_ns();
+    const double trip = ts::core_round_trip_ns(100000);
     const Overhead idle = pool_overhead_us(threads, 0), busy = pool_overhead_us(threads, 2000);
     std::printf("%-6d %14.0f %10.2f (p90 %4.2f p99 %4.2f) %10.2f (p90 %4.2f p99 %4.2f)\n", pass, trip, idle.median,
                 idle.p90, idle.p99, busy.median, busy.p90, busy.p99);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -206,6 +207,40 @@ void set_pool_threads(int n) {
   std::lock_guard<std::mutex> lock(p.config_mutex);
   p.threads.store(n, std::memory_order_relaxed);
   if (!p.workers.empty()) resize_locked(p, n);  // else started by the first run that needs them
+}
+
+bool in_pool_task() { return t_in_task; }
+
+double core_round_trip_ns(int trips) {
+  if (usable_cpus() < 2 || trips < 1) return 0;
+  struct alignas(64) Line {
+    std::atomic<int> value{0};
+  };
+  Line ping, pong;  // one line each: the writer's, read by the other thread (spun on without a pause, as a line's
+                    // round trip is what is measured)
+  std::thread other([&] {
+    for (int i = 1; i <= trips; ++i) {
+      while (ping.value.load(std::memory_order_acquire) != i) {
+      }
+      pong.value.store(i, std::memory_order_release);
+    }
+  });
+  // The other thread's first load may wait for it to be scheduled: a few trips unmeasured first.
+  const int warm = std::min(trips, 100);
+  for (int i = 1; i <= warm; ++i) {
+    ping.value.store(i, std::memory_order_release);
+    while (pong.value.load(std::memory_order_acquire) != i) {
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = warm + 1; i <= trips; ++i) {
+    ping.value.store(i, std::memory_order_release);
+    while (pong.value.load(std::memory_order_acquire) != i) {
+    }
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  other.join();
+  return trips > warm ? ns / (trips - warm) : 0;
 }
 
 void pool_run(int64_t n, TaskFn task, const void* ctx) {

@@ -35,6 +35,17 @@ void set_pool_threads(int n);
 // task, or another thread's run is in progress (two engines in one process never share the team).
 void pool_run(int64_t n, void (*task)(const void* ctx, int64_t i), const void* ctx);
 
+// Whether the calling thread is running pool work (a worker, or a caller running its share): a pool_run from here
+// runs all its tasks on this thread.
+bool in_pool_task();
+
+// Mean time, in ns, of a cache line passed from this thread to a new one and back (a counter each writes in turn,
+// `trips` times): what every pool_run's hand-off waits for at least. On some virtual machines it moves between
+// ~150 and ~650 ns within minutes (docs/results/optimization-notes.md, "Thread hand-off: cache lines on the
+// critical path"), and multi-row forwards, which move more lines between the cores, slow down with it. 0 where
+// this process may use one CPU only.
+double core_round_trip_ns(int trips = 20000);
+
 template <typename Fn>
 inline void pool_run(int64_t n, const Fn& fn) {
   pool_run(n, [](const void* ctx, int64_t i) { (*static_cast<const Fn*>(ctx))(i); }, &fn);

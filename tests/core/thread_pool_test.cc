@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+#include <x86intrin.h>
 
 #include "kernels/cpu/parallel.h"
 
@@ -231,6 +232,54 @@ TEST(ParallelRanges, ShareFollowsTheThreadsSpeeds) {
     share = next_range_share(share, 2, caller_units, caller_units / 1.5, worker_units, worker_units / 1.0);
   }
   EXPECT_NEAR(share, 0.6, 1e-6);
+}
+
+// range_runs counts every threaded parallel_ranges run once, with all its tasks' time on the thread that ran them
+// (the caller's inside the run's wall time), leaves out runs nested in a pool task (they run alone), and
+// reset_range_runs starts the counts again.
+TEST(ParallelRanges, RunsAreCountedWithTheirThreadsWork) {
+  RestoreThreads restore;
+  set_pool_threads(2);
+  const auto spin_us = [](int us) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  };
+  kernels::cpu::reset_range_runs();
+  kernels::cpu::RangeRuns none = kernels::cpu::range_runs();
+  EXPECT_EQ(none.runs, 0u);
+  EXPECT_EQ(none.wall + none.caller_busy + none.worker_busy, 0u);
+  constexpr int kRuns = 50;
+  const uint64_t t0 = __rdtsc();
+  const auto c0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < kRuns; ++r)
+    kernels::cpu::parallel_ranges(8, true, [&](int64_t begin, int64_t end) { spin_us(25 * int(end - begin)); });
+  const double ticks_per_us =
+      double(__rdtsc() - t0) /
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0).count();
+  // Nested in a pool task: runs on that thread alone, and is not counted.
+  pool_run(2, [&](int64_t) { kernels::cpu::parallel_ranges(4, true, [&](int64_t, int64_t) { spin_us(5); }); });
+  const kernels::cpu::RangeRuns runs = kernels::cpu::range_runs();
+  EXPECT_EQ(runs.runs, uint64_t(kRuns));
+  // 8 units of 25 us a run, on one thread or the other: at least 200 us of work a run between them.
+  EXPECT_GE(double(runs.caller_busy + runs.worker_busy), 0.95 * kRuns * 200 * ticks_per_us);
+  EXPECT_GT(runs.caller_busy, 0u);                // the caller always runs task 0
+  EXPECT_LE(runs.caller_busy, runs.wall);          // inside the runs' wall time
+  EXPECT_LE(runs.worker_busy, runs.wall + runs.wall / 10);  // one worker: at most the wall time (timer skew aside)
+  kernels::cpu::reset_range_runs();
+  EXPECT_EQ(kernels::cpu::range_runs().runs, 0u);
+}
+
+// A line's round trip to another thread is positive and finite where two CPUs may be used; 0 without trips.
+TEST(ThreadPool, CoreRoundTripIsMeasured) {
+  EXPECT_EQ(core_round_trip_ns(0), 0.0);
+  const double ns = core_round_trip_ns(2000);
+  if (usable_cpus() < 2) {
+    EXPECT_EQ(ns, 0.0);
+  } else {
+    EXPECT_GT(ns, 0.0);
+    EXPECT_LT(ns, 1e6);  // a millisecond a trip would be two threads taking turns on one CPU's time slices
+  }
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ struct RangeShare {
   static constexpr double kStep = 0.125;  // how far one run moves the share towards its balanced value
   std::atomic<float> caller{0};           // the caller's fraction of the range
   std::atomic<int> tasks{0};              // the task count it was learned for (another count starts at 1 / tasks)
+  // What the site's threaded runs cost (range_site_stats), in rdtsc ticks: each run from the split to its last task's
+  // end, and the ticks its tasks ran on the caller and on workers. Added by the caller after each run; runs nested
+  // in a pool task (which run alone) are not counted.
+  std::atomic<uint64_t> runs{0}, wall_ticks{0}, caller_ticks{0}, worker_ticks{0};
 };
 // Every call site's share is registered on its first threaded run, so reports can show where the splits stand
 // (bench forward prints them): range_shares() gives the caller's share times the task count (1 = an equal split)
@@ -59,6 +63,34 @@ inline std::vector<double> range_shares() {
     if (tasks > 0) shares.push_back(double(site->caller.load(std::memory_order_relaxed)) * tasks);
   }
   return shares;
+}
+// The threaded runs of every call site since the last reset_range_runs(), summed (rdtsc ticks): how long the ops
+// split over the threads took, and how much of that the caller and the workers spent in their tasks. A forward's
+// time minus `wall` ran on the caller alone; wall minus a thread's busy ticks is that thread waiting in the op.
+struct RangeRuns {
+  uint64_t runs = 0, wall = 0, caller_busy = 0, worker_busy = 0;
+};
+inline RangeRuns range_runs() {
+  RangeShareRegistry& r = range_share_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  RangeRuns sum;
+  for (const RangeShare* site : r.sites) {
+    sum.runs += site->runs.load(std::memory_order_relaxed);
+    sum.wall += site->wall_ticks.load(std::memory_order_relaxed);
+    sum.caller_busy += site->caller_ticks.load(std::memory_order_relaxed);
+    sum.worker_busy += site->worker_ticks.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+// Not while another thread runs kernels: the counts of a run in progress may be half cleared.
+inline void reset_range_runs() {
+  RangeShareRegistry& r = range_share_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const RangeShare* s : r.sites) {
+    auto& site = const_cast<RangeShare&>(*s);
+    for (std::atomic<uint64_t>* c : {&site.runs, &site.wall_ticks, &site.caller_ticks, &site.worker_ticks})
+      c->store(0, std::memory_order_relaxed);
+  }
 }
 
 // Where task t of `tasks` begins in [0, n) when task 0 takes `share` of it (rounded, at least one unit) and the
@@ -99,22 +131,30 @@ inline void parallel_ranges(int64_t n, bool worth_it, const Body& body) {
   float share = site.caller.load(std::memory_order_relaxed);
   if (share <= 0 || site.tasks.load(std::memory_order_relaxed) != tasks) share = 1.0f / float(tasks);  // new count
   const std::thread::id caller = std::this_thread::get_id();
-  uint64_t caller_ticks = 0;
+  const bool nested = in_pool_task();  // pool_run runs every task here: nothing to learn or count
+  uint64_t caller_ticks = 0, caller_busy = 0;  // task 0's ticks; all the caller's tasks' ticks
   std::atomic<uint64_t> worker_ticks{0};
   std::atomic<bool> moved{false};  // a task ran on the other kind of thread (the caller took a late worker's range)
+  const uint64_t run_start = __rdtsc();
   pool_run(tasks, [&](int64_t t) {
     const int64_t begin = split_begin(n, tasks, share, t), end = split_begin(n, tasks, share, t + 1);
     const uint64_t start = __rdtsc();
     if (begin < end) body(begin, end);
     const uint64_t ticks = __rdtsc() - start;
-    if ((t == 0) != (std::this_thread::get_id() == caller)) {
-      moved.store(true, std::memory_order_relaxed);
-    } else if (t == 0) {
-      caller_ticks = ticks;
+    if (std::this_thread::get_id() == caller) {
+      caller_busy += ticks;
+      if (t == 0) caller_ticks = ticks;
+      else moved.store(true, std::memory_order_relaxed);
     } else {
       worker_ticks.fetch_add(ticks, std::memory_order_relaxed);
+      if (t == 0) moved.store(true, std::memory_order_relaxed);
     }
   });
+  if (nested) return;
+  site.runs.fetch_add(1, std::memory_order_relaxed);
+  site.wall_ticks.fetch_add(__rdtsc() - run_start, std::memory_order_relaxed);
+  site.caller_ticks.fetch_add(caller_busy, std::memory_order_relaxed);
+  site.worker_ticks.fetch_add(worker_ticks.load(std::memory_order_relaxed), std::memory_order_relaxed);
   if (moved.load(std::memory_order_relaxed) || tasks == n) return;
   const int64_t caller_units = split_begin(n, tasks, share, 1);
   site.caller.store(float(next_range_share(share, tasks, double(caller_units), double(caller_ticks),
