@@ -151,10 +151,15 @@ inline void parallel_ranges(int64_t n, bool worth_it, const Body& body) {
     }
   });
   if (nested) return;
-  site.runs.fetch_add(1, std::memory_order_relaxed);
-  site.wall_ticks.fetch_add(__rdtsc() - run_start, std::memory_order_relaxed);
-  site.caller_ticks.fetch_add(caller_busy, std::memory_order_relaxed);
-  site.worker_ticks.fetch_add(worker_ticks.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  // Plain loads and stores, no locked adds: one thread runs the pool at a time, and a count lost to a second caller
+  // running alone beside it only blurs a report.
+  const auto add = [](std::atomic<uint64_t>& c, uint64_t v) {
+    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  };
+  add(site.runs, 1);
+  add(site.wall_ticks, __rdtsc() - run_start);
+  add(site.caller_ticks, caller_busy);
+  add(site.worker_ticks, worker_ticks.load(std::memory_order_relaxed));
   if (moved.load(std::memory_order_relaxed) || tasks == n) return;
   const int64_t caller_units = split_begin(n, tasks, share, 1);
   site.caller.store(float(next_range_share(share, tasks, double(caller_units), double(caller_ticks),
