@@ -65,16 +65,8 @@ struct ThreadSplit {
 ThreadSplit measure_thread_split(TargetModel& model, int context, int k, int reps) {
   const int vocab = model.config().vocab_size;
   KVCache cache = model.new_cache(context + k);
+  fill_context(model, cache, context, 3);
   ForwardResult fr;
-  if (context > 0) {
-    ForwardBatch prefix;
-    for (int i = 0; i < context; ++i) {
-      prefix.tokens.push_back((i * 7919 + 3) % vocab);
-      prefix.positions.push_back(i);
-    }
-    model.forward(prefix, {&cache}, &fr);
-    cache.commit_all();
-  }
   ForwardBatch fb;
   for (int i = 0; i < k; ++i) {
     fb.tokens.push_back((i * 104729 + 11) % vocab);

@@ -66,16 +66,7 @@ double median_ms(std::vector<double> v) {
 double time_forward(TargetModel& target, int context, int k, int reps) {
   KVCache cache = target.new_cache(context + k);
   const int vocab = target.config().vocab_size;
-  for (int start = 0; start < context; start += 128) {
-    ForwardBatch fb;
-    ForwardResult fr;
-    for (int i = start; i < std::min(context, start + 128); ++i) {
-      fb.tokens.push_back((i * 7919 + 3) % vocab);
-      fb.positions.push_back(i);
-    }
-    target.forward(fb, {&cache}, &fr);
-    cache.commit_all();
-  }
+  fill_context(target, cache, context, 3);
   ForwardBatch fb;
   for (int i = 0; i < k; ++i) {
     fb.tokens.push_back((i * 17 + 5) % vocab);

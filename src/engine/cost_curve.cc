@@ -46,9 +46,6 @@ void make_monotone_in_k(CostModel& cost) {
   }
 }
 
-namespace {
-
-// Commits `tokens` tokens (ids from `salt`) to an empty cache, in prefill chunks of 128.
 void fill_context(TargetModel& model, KVCache& cache, int tokens, int salt) {
   const int vocab = model.config().vocab_size;
   for (int start = 0; start < tokens; start += 128) {
@@ -62,6 +59,8 @@ void fill_context(TargetModel& model, KVCache& cache, int tokens, int salt) {
     cache.commit_all();
   }
 }
+
+namespace {
 
 // The context term of L (CostModel::context): one sequence filled to opt.context and one to opt.long_context,
 // k = 1 and k = max_k timed on both, alternated rep by rep so drift hits both contexts alike. The slopes follow

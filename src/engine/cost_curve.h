@@ -32,6 +32,10 @@ struct CostCurveOptions {
   int long_context = 0;
 };
 
+// Commits `tokens` tokens (ids (i * 7919 + salt) % vocab, positions 0, 1, ...) to an empty cache, in prefill chunks
+// of 128: the context the cost measurements run their forwards over.
+void fill_context(TargetModel& model, KVCache& cache, int tokens, int salt);
+
 // In place: each batch's costs, as a function of k, replaced by their least-squares non-decreasing fit.
 void make_monotone_in_k(CostModel& cost);
 

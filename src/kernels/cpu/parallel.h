@@ -33,7 +33,7 @@ struct RangeShare {
   static constexpr double kStep = 0.125;  // how far one run moves the share towards its balanced value
   std::atomic<float> caller{0};           // the caller's fraction of the range
   std::atomic<int> tasks{0};              // the task count it was learned for (another count starts at 1 / tasks)
-  // What the site's threaded runs cost (range_site_stats), in rdtsc ticks: each run from the split to its last task's
+  // What the site's threaded runs cost (range_runs), in rdtsc ticks: each run from the split to its last task's
   // end, and the ticks its tasks ran on the caller and on workers. Added by the caller after each run; runs nested
   // in a pool task (which run alone) are not counted.
   std::atomic<uint64_t> runs{0}, wall_ticks{0}, caller_ticks{0}, worker_ticks{0};
@@ -43,13 +43,13 @@ struct RangeShare {
 // of each site that has run.
 struct RangeShareRegistry {
   std::mutex mutex;
-  std::vector<const RangeShare*> sites;
+  std::vector<RangeShare*> sites;
 };
 inline RangeShareRegistry& range_share_registry() {
   static RangeShareRegistry* registry = new RangeShareRegistry;  // never destroyed: sites' statics may outlive it
   return *registry;
 }
-inline void register_range_share(const RangeShare* site) {
+inline void register_range_share(RangeShare* site) {
   RangeShareRegistry& r = range_share_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.sites.push_back(site);
@@ -86,11 +86,9 @@ inline RangeRuns range_runs() {
 inline void reset_range_runs() {
   RangeShareRegistry& r = range_share_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (const RangeShare* s : r.sites) {
-    auto& site = const_cast<RangeShare&>(*s);
-    for (std::atomic<uint64_t>* c : {&site.runs, &site.wall_ticks, &site.caller_ticks, &site.worker_ticks})
+  for (RangeShare* site : r.sites)
+    for (std::atomic<uint64_t>* c : {&site->runs, &site->wall_ticks, &site->caller_ticks, &site->worker_ticks})
       c->store(0, std::memory_order_relaxed);
-  }
 }
 
 // Where task t of `tasks` begins in [0, n) when task 0 takes `share` of it (rounded, at least one unit) and the
