@@ -145,8 +145,10 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Qgemm, ::testing::ValuesIn(qgemm_supported_ker
 // The scalar reference is the dot product of dequantized weights and dequantized activations: each block's
 // integer sum is exact, so the only error is f32 rounding of d_w * d_x (one rounding) and of the accumulation
 // (one per block): |y - exact| <= (nb + 1) * 2^-24 * sum_b |d_w d_x isum_b| (to first order).
+// 512 inputs: two whole runs of 8 Q4_0 blocks (qgemm.h); 416: a run of 8 and one of 5.
 TEST(QgemmReference, IsTheDotProductOfDequantizedValues) {
-  const int out = 40, in = 512, rows = 3;
+  const int out = 40, rows = 3;
+  for (int in : {512, 416})
   for (QuantType t : kTypes) {
     const Packed p = make_weights(t, out, in, 3);
     const std::vector<float> x = random_normal(size_t(rows) * in, 1.0f, 9);
@@ -166,7 +168,7 @@ TEST(QgemmReference, IsTheDotProductOfDequantizedValues) {
           scale += std::abs(double(w[k]) * xv);
         }
         const double bound = (nb + 2) * std::ldexp(1.0, -24) * scale + 1e-30;
-        EXPECT_NEAR(y[size_t(r) * out + o], exact, bound) << quant_type_name(t) << " o " << o << " r " << r;
+        EXPECT_NEAR(y[size_t(r) * out + o], exact, bound) << quant_type_name(t) << " in " << in << " o " << o << " r " << r;
       }
     }
   }

@@ -42,10 +42,10 @@ void qgemm_pack(QuantType t, const void* blocks, int out_features, int in_featur
                   [&](int64_t g0, int64_t g1) {
     std::memset(packed + size_t(g0) * nb * gb, 0, size_t(g1 - g0) * nb * gb);
     for (int g = int(g0); g < int(g1); ++g) {
+      uint8_t* group = packed + size_t(g) * nb * gb;
       for (int b = 0; b < nb; ++b) {
-        uint8_t* dst = packed + (size_t(g) * nb + b) * gb;
-        uint16_t* scales = reinterpret_cast<uint16_t*>(dst);  // [16]
-        uint8_t* quants = dst + 32;
+        uint16_t* scales = reinterpret_cast<uint16_t*>(group + qgemm_scales_offset(t, nb, b));  // [16]
+        uint8_t* quants = group + qgemm_quants_offset(t, nb, b);
         for (int lane = 0; lane < kQGroup; ++lane) {
           const int row = g * kQGroup + lane;
           if (row >= out_features) {  // padding rows: scale 0; quants must still be the zero *value*
@@ -107,9 +107,9 @@ void qgemm_groups_scalar(QuantType t, const QuantizedRows& acts, const uint8_t* 
     for (int r = 0; r < acts.rows; ++r) {
       float acc[kQGroup] = {};
       for (int b = 0; b < nb; ++b) {
-        const uint8_t* blk = packed + (size_t(g) * nb + b) * gb;
-        const uint16_t* scales = reinterpret_cast<const uint16_t*>(blk);
-        const uint8_t* quants = blk + 32;
+        const uint8_t* group = packed + size_t(g) * nb * gb;
+        const uint16_t* scales = reinterpret_cast<const uint16_t*>(group + qgemm_scales_offset(t, nb, b));
+        const uint8_t* quants = group + qgemm_quants_offset(t, nb, b);
         const int8_t* xq = acts.q.data() + size_t(r) * in_features + b * kQBlock;
         const float dx = acts.d[size_t(r) * nb + b];
         for (int lane = 0; lane < kQGroup; ++lane) {

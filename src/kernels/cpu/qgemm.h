@@ -6,11 +6,18 @@
 // Q6_K's 16-value sub-blocks), dsum = d * float(sum) (for Q4_K's mins). A row's blocks depend on that row alone.
 // Q4_K and Q6_K weights: qgemm_k.h.
 //
-// Packed weights, per group of kQGroup = 16 output rows (rows past out_features are zero), per block b in k order:
+// Packed weights, per group of kQGroup = 16 output rows (rows past out_features are zero). Per block b:
 //   scales: 16 f16 (the GGUF block scales, lane = output row in the group)                       32 bytes
 //   Q8_0 quants: [8 quads][16 lanes][4 bytes] = w + 128 as uint8, quad j holding k = 4j..4j+3    512 bytes
 //   Q4_0 quants: [4 quads][16 lanes][4 bytes], byte t of quad j = q[4j+t] | q[16+4j+t] << 4,     256 bytes
 //                the unsigned nibbles q = w + 8 as stored in GGUF
+// Q8_0 stores each block's scales and quants together, block after block in k order (544 bytes a block).
+// Q4_0 stores runs of kQRunBlocks = 8 blocks in k order: run s (blocks 8s .. 8s + m - 1, m = min(8, blocks - 8s))
+// holds its blocks' scales [m][16 lanes] f16 (32 m bytes), then their quants [m][256 bytes]: 288 m bytes, as
+// block by block. Why runs: the avx512 tile converts a run's scales together when the run starts and reads them
+// back per block, and so streams a one-row product from DRAM ~20% faster than converting each block's scales where
+// the block starts (docs/results/optimization-notes.md, "Q4_0 in runs of 8 blocks"); a run's scales fill whole lines.
+// qgemm_scales_offset / qgemm_quants_offset place block b in its group for both formats.
 // One zmm (or two ymm) of quants feeds vpdpbusd (uint8 weights x int8 activations, 4 products per int32 lane)
 // with the activation quad broadcast to all lanes; the weight offset is removed exactly afterwards:
 // sum_k w*x = sum_k (w + o)*x - o * sum_k x.
@@ -33,9 +40,23 @@ namespace ts::kernels::cpu {
 constexpr int kQGroup = 16;  // output rows per packed group
 constexpr int kQBlock = 32;  // values per block (Q8_0, Q4_0 and the activations)
 
+constexpr int kQRunBlocks = 8;  // Q4_0 blocks per run (scales first)
+
 inline int qgemm_groups(int out_features) { return (out_features + kQGroup - 1) / kQGroup; }
 // Bytes of one group's block b: scales + quants.
 constexpr size_t qgemm_group_block_bytes(QuantType t) { return 32 + (t == QuantType::Q8_0 ? 512 : 256); }
+// Where block b's 16 f16 scales and its quants start in a group of nb blocks (the layout above).
+constexpr size_t qgemm_scales_offset(QuantType t, [[maybe_unused]] int nb, int b) {
+  if (t == QuantType::Q8_0) return size_t(b) * qgemm_group_block_bytes(t);
+  const int first = b - b % kQRunBlocks;  // the run's first block
+  return size_t(first) * qgemm_group_block_bytes(t) + 32 * size_t(b - first);
+}
+constexpr size_t qgemm_quants_offset(QuantType t, int nb, int b) {
+  if (t == QuantType::Q8_0) return size_t(b) * qgemm_group_block_bytes(t) + 32;
+  const int first = b - b % kQRunBlocks;
+  const int run_blocks = nb - first < kQRunBlocks ? nb - first : kQRunBlocks;
+  return size_t(first) * qgemm_group_block_bytes(t) + 32 * size_t(run_blocks) + 256 * size_t(b - first);
+}
 inline size_t qgemm_packed_bytes(QuantType t, int out_features, int in_features) {
   if (t == QuantType::Q4_K || t == QuantType::Q6_K)  // 16 GGUF blocks per group and super-block (qgemm_k.h)
     return size_t(qgemm_groups(out_features)) * size_t(in_features / kQK_K) * kQGroup * block_bytes(t);

@@ -95,31 +95,34 @@ constexpr int kSplitAhead = 7, kRing = 8;
 template <QuantType kT>
 constexpr size_t kBlockStride = qgemm_group_block_bytes(kT);  // bytes per group block (Q8_0 / Q4_0)
 
-// The group's weights of block b: Q8_0 / Q4_0 blocks are kBlockStride apart, Q4_K's 8 blocks of a super-block are
-// 256-byte sub-blocks after its 256 bytes of scales.
+// The weights of block t, counted over consecutive groups of nb blocks from `groups`: Q4_K's 8 blocks of a
+// super-block are 256-byte sub-blocks after its 256 bytes of scales; Q8_0 / Q4_0 as qgemm_quants_offset places
+// them in their group (kBlockStride bytes a block).
 template <QuantType kT>
-TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* group, int b) {
+TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* groups, int nb, int t) {
   if constexpr (kT == QuantType::Q4_K)
-    return group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes + 256 + 256 * (b % kQBlocksPerSuper);
-  return group + size_t(b) * kBlockStride<kT> + 32;
+    return groups + size_t(t / kQBlocksPerSuper) * kQ4KGroupSuperBytes + 256 + 256 * (t % kQBlocksPerSuper);
+  if constexpr (kT == QuantType::Q8_0) return groups + size_t(t) * kBlockStride<kT> + 32;
+  const int b = t % nb;  // in its group
+  return groups + size_t(t - b) * kBlockStride<kT> + qgemm_quants_offset(kT, nb, b);
 }
 
-// Block b's weight bytes into its ring slot, and the weight stream prefetched ahead, as the avx512 tiles read it
+// Block t's weight bytes into its ring slot, and the weight stream prefetched ahead, as the avx512 tiles read it
 // (into the next groups at the end of this one).
 template <QuantType kT>
-TS_Q_TARGET TS_INLINE void prepare(const uint8_t* group, int b, uint8_t (*ring)[512], bool prefetch) {
-  const uint8_t* quants = block_quants<kT>(group, b);
+TS_Q_TARGET TS_INLINE void prepare(const uint8_t* groups, int nb, int t, uint8_t (*ring)[512], bool prefetch) {
+  const uint8_t* quants = block_quants<kT>(groups, nb, t);
   if (prefetch) {
     if constexpr (kT == QuantType::Q4_K) {
-      const uint8_t* sb = group + size_t(b / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
-      prefetch_part<kQ4KGroupSuperBytes>(sb, b % kQBlocksPerSuper);
-    } else {
-      const char* p = reinterpret_cast<const char*>(quants - 32 + 2048);
+      const uint8_t* sb = groups + size_t(t / kQBlocksPerSuper) * kQ4KGroupSuperBytes;
+      prefetch_part<kQ4KGroupSuperBytes>(sb, t % kQBlocksPerSuper);
+    } else {  // the stream's bytes kPrefetchBytes past where block t's begin
+      const char* p = reinterpret_cast<const char*>(groups + size_t(t) * kBlockStride<kT> + 2048);
       #pragma GCC unroll 9
       for (size_t line = 0; line < kBlockStride<kT>; line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
     }
   }
-  weight_bytes<kT>(quants, ring[b % kRing]);
+  weight_bytes<kT>(quants, ring[t % kRing]);
 }
 
 // Starts block t's product in C tile kC (A and B: tmm4 + kC % 2, tmm6 + kC % 2); ab: its activation block.
@@ -179,8 +182,8 @@ TS_Q_TARGET TS_INLINE void finish(const Rows& x, const uint8_t* groups, int t, i
       acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(x.dsum[size_t(r) * x.nb + b]), acc[r]);  // fma(-dm, dsum, acc)
     }
   } else {
-    const __m512 wscale = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups + size_t(t) * kBlockStride<kT>)));
+    const uint8_t* scales = groups + size_t(t - b) * kBlockStride<kT> + qgemm_scales_offset(kT, x.nb, b);
+    const __m512 wscale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512i s = _mm512_load_si512(c + 16 * r);
@@ -207,7 +210,7 @@ template <QuantType kT, int R, int kPos>
 TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* groups, int t, int b, int total, uint8_t (*ring)[512],
                                 int32_t (*c_buf)[kTileRows * 16], Q4KScales& k4, __m512 (&acc)[R], bool prefetch,
                                 const Out& out, int& g) {
-  if (t + kSplitAhead < total) prepare<kT>(groups, t + kSplitAhead, ring, prefetch);
+  if (t + kSplitAhead < total) prepare<kT>(groups, x.nb, t + kSplitAhead, ring, prefetch);
   if (t + 3 < total) {
     const int b3 = x.nb > 3 ? (b + 3 < x.nb ? b + 3 : b + 3 - x.nb) : (b + 3) % x.nb;  // block t + 3's
     issue<kT, (kPos + 3) % 4>(x, t + 3, b3, ring);
@@ -238,7 +241,7 @@ TS_Q_TARGET void tile(const Rows& x, const uint8_t* groups, const Out& out, bool
   Q4KScales k4;
   const int nb = x.nb, total = nb * out.groups;
   auto act = [nb](int t) { return t % nb; };  // prologue only
-  for (int t = 0; t < std::min(total, kSplitAhead); ++t) prepare<kT>(groups, t, ring, prefetch);
+  for (int t = 0; t < std::min(total, kSplitAhead); ++t) prepare<kT>(groups, nb, t, ring, prefetch);
   issue<kT, 0>(x, 0, 0, ring);
   if (total > 1) issue<kT, 1>(x, 1, act(1), ring);
   if (total > 2) issue<kT, 2>(x, 2, act(2), ring);

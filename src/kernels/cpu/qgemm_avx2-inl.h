@@ -39,16 +39,18 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   constexpr bool kOffset = kT == QuantType::Q4_0 || TS_Q_VNNI;
   const int32_t* offset0 = (kT == QuantType::Q4_0 ? a.sum_neg8.data() : a.sum_neg128.data()) + size_t(row0) * nb;
   for (int b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + size_t(b) * kGroupBlockBytes;
+    const uint8_t* stream = group + size_t(b) * kGroupBlockBytes;  // where block b's bytes begin in the stream
+    const uint8_t* blk_scales = group + qgemm_scales_offset(kT, nb, b);
+    const uint8_t* blk_quants = group + qgemm_quants_offset(kT, nb, b);
     if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
       #pragma GCC unroll 8
-      for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
+      for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(stream + kPrefetchBytes + line), _MM_HINT_T0);
     }
     const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
     #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
-      const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-      const uint8_t* quants = blk + 32 + 32 * h;  // quad j of this half at quants + 64 j
+      const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk_scales + 16 * h)));
+      const uint8_t* quants = blk_quants + 32 * h;  // quad j of this half at quants + 64 j
       __m256i s[R];  // per row: the block's integer sums
       if constexpr (kT == QuantType::Q4_0) {
         dot_nibble_block<R>(quants, xq, in_features, s);

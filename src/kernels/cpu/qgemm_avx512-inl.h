@@ -27,12 +27,13 @@ constexpr int kMaxTileRows = kT == QuantType::Q8_0 || TS_Q_VNNI ? 16 : 8;
 
 #include "kernels/cpu/qgemm_avx512_shared-inl.h"
 
-// A block's kN quant vectors (64 bytes each) from q = its scales + 32. Blocks are 288 or 544 bytes, so every other
+// A Q8_0 block's kN quant vectors (64 bytes each) from q = its scales + 32. Its blocks are 544 bytes, so every other
 // block's quants start half-way into a cache line. Tiles of up to kMaxRealignRows rows, which wait on the weight
 // stream more than they compute, read those as whole aligned lines (the one holding the scales, kN - 1 more and the
 // first half of the next) shifted into place, rather than as loads split across two lines: a model's decode step
-// from DRAM is faster so, for Q8_0 more than Q4_0 (docs/results/optimization-notes.md, "Quantized tiles: aligned
-// loads of a block's quants"). 16-row tiles compute more than they wait and keep the plain loads.
+// from DRAM is faster so (docs/results/optimization-notes.md, "Quantized tiles: aligned loads of a block's quants").
+// 16-row tiles compute more than they wait and keep the plain loads. Q4_0's quants fill whole lines in its runs
+// (qgemm.h; only a short last run of an odd block count starts half-way), and its tiles load them plainly.
 constexpr int kMaxRealignRows = 8;
 template <int kN>
 TS_Q_TARGET inline void load_quants(const uint8_t* q, bool realign, __m512i (&v)[kN]) {
@@ -66,6 +67,17 @@ constexpr int kMinPairRows = 2;
 template <QuantType kT>
 constexpr int kMaxPairRows = kT == QuantType::Q8_0 ? 16 : 8;
 
+// The f16 scales of a Q4_0 run of n blocks (at `scales`, [n][16]) as f32 into out[n][16], a whole run unrolled.
+TS_Q_TARGET inline void convert_run_scales(const uint8_t* scales, int n, float (*out)[kQGroup]) {
+  const __m256i* h = reinterpret_cast<const __m256i*>(scales);
+  if (n == kQRunBlocks) {
+    #pragma GCC unroll 8
+    for (int j = 0; j < kQRunBlocks; ++j) _mm512_store_ps(out[j], _mm512_cvtph_ps(_mm256_loadu_si256(h + j)));
+    return;
+  }
+  for (int j = 0; j < n; ++j) _mm512_store_ps(out[j], _mm512_cvtph_ps(_mm256_loadu_si256(h + j)));
+}
+
 // G groups' 16 outputs each (G = 1, or 2 with VNNI: `group` and the next, group_bytes apart) for
 // R rows starting at row0; blocks walked in k order (qgemm.h, Determinism): each output's operations are the same
 // whatever G is, so its bits are too. The last group's first valid_last lanes are stored.
@@ -84,71 +96,96 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
   // weights: sum_k w*x = sum_k (w + o)*x - o * sum_k x).
   constexpr bool kOffset = kT == QuantType::Q4_0 || TS_Q_VNNI;
   const int32_t* offset0 = (kT == QuantType::Q4_0 ? a.sum_neg8.data() : a.sum_neg128.data()) + size_t(row0) * nb;
-  for (int b = 0; b < nb; ++b) {
-    __m512 wscale[G];
-    // w[g][j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
-    __m512i w[G][8];
-    [[maybe_unused]] __mmask64 negative[8];
-    #pragma GCC unroll 2
-    for (int g = 0; g < G; ++g) {
-      const uint8_t* blk = group + g * group_bytes + size_t(b) * kGroupBlockBytes;
-      if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
-        #pragma GCC unroll 8
-        for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + line), _MM_HINT_T0);
+  // Q4_0 tiles of up to kMaxRealignRows rows, which wait on the weight stream, go run by run (qgemm.h): they convert
+  // a run's scales when it starts and read them back per block. Converting each block's where the block starts
+  // streamed a one-row product from DRAM ~20% slower (optimization-notes.md, "Q4_0 in runs of 8 blocks"). 16-row
+  // tiles compute more than they wait and, as Q8_0's, convert per block in one pass.
+  constexpr bool kRunScales = kT == QuantType::Q4_0 && R <= kMaxRealignRows;
+  constexpr int kRun = kRunScales ? kQRunBlocks : 1 << 30;  // blocks per pass of the outer loop
+  [[maybe_unused]] alignas(64) float run_scales[G][kQRunBlocks][kQGroup];  // [group][block in run][lane]
+  for (int run = 0; run < nb; run += kRun) {
+    const int run_end = int(std::min<int64_t>(nb, int64_t(run) + kRun));
+    const size_t run_quants = qgemm_quants_offset(kT, nb, run);  // Q4_0: where the run's quants start in a group
+    if constexpr (kRunScales) {
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g)
+        convert_run_scales(group + g * group_bytes + qgemm_scales_offset(kT, nb, run), run_end - run, run_scales[g]);
+    }
+    for (int b = run; b < run_end; ++b) {
+      __m512 wscale[G];
+      // w[g][j]: 4 weights (as uint8) per lane for k = 4j..4j+3.
+      __m512i w[G][8];
+      [[maybe_unused]] __mmask64 negative[8];
+      #pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* g_bytes = group + g * group_bytes;
+        if (prefetch) {  // the weight stream kPrefetchBytes ahead (into the next groups at the end of this one)
+          const uint8_t* stream = g_bytes + size_t(b) * kGroupBlockBytes;  // where block b's bytes begin
+          #pragma GCC unroll 8
+          for (size_t line = 0; line < kGroupBlockBytes; line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(stream + kPrefetchBytes + line), _MM_HINT_T0);
+        }
+        const uint8_t* quants =
+            g_bytes + (kRunScales ? run_quants + 256 * size_t(b - run) : qgemm_quants_offset(kT, nb, b));
+        if constexpr (kRunScales) {
+          wscale[g] = _mm512_load_ps(run_scales[g][b - run]);
+        } else {
+          const uint8_t* scales = g_bytes + qgemm_scales_offset(kT, nb, b);
+          wscale[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+        }
+        if constexpr (kT == QuantType::Q8_0) {
+          load_quants(quants, R <= kMaxRealignRows, w[g]);  // w + 128
+          #pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j) {
+            // A register for all the tile's rows: GCC would reload it per row beside dot_quad_at.
+            asm("" : "+v"(w[g][j]));
+#if !TS_Q_VNNI
+            const __m512i signed_w = _mm512_xor_si512(w[g][j], _mm512_set1_epi8(char(0x80)));
+            negative[j] = _mm512_movepi8_mask(signed_w);
+            w[g][j] = _mm512_abs_epi8(signed_w);  // |w| <= 128 as uint8
+#endif
+          }
+        } else {
+          const __m512i low4 = _mm512_set1_epi8(0x0F);
+          #pragma GCC unroll 8
+          for (int j = 0; j < 4; ++j) {
+            const __m512i v = _mm512_loadu_si512(quants + 64 * j);
+            w[g][j] = _mm512_and_si512(v, low4);
+            w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+          }
+        }
       }
-      wscale[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      if constexpr (kT == QuantType::Q8_0) {
-        load_quants(blk + 32, R <= kMaxRealignRows, w[g]);  // w + 128
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
+        // Below 4 rows, two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; from 4
+        // rows on, the rows' chains overlap and one sum per row saves the add. Integer, so exact either way.
+        constexpr int kChains = R < 4 && G == 1 ? 2 : 1;
+        constexpr bool kFused = R >= (kT == QuantType::Q8_0 ? 2 : 4);  // from how many rows (dot_quad_at)
+        __m512i s[G][kChains];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          s[g][0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
+          if constexpr (kChains == 2) s[g][1] = _mm512_setzero_si512();
+        }
         #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-          asm("" : "+v"(w[g][j]));  // a register for all the tile's rows: GCC would reload it per row beside dot_quad_at
 #if !TS_Q_VNNI
-          const __m512i signed_w = _mm512_xor_si512(w[g][j], _mm512_set1_epi8(char(0x80)));
-          negative[j] = _mm512_movepi8_mask(signed_w);
-          w[g][j] = _mm512_abs_epi8(signed_w);  // |w| <= 128 as uint8
+          if constexpr (kT == QuantType::Q8_0) {
+            __m512i x = broadcast_quad(xq + 4 * j);
+            x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
+            s[0][j % kChains] = dot_quads(s[0][j % kChains], w[0][j], x);
+            continue;
+          }
 #endif
+          dot_quad_groups<kFused>(s, w, j, xq + 4 * j);
         }
-      } else {
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
-        __m512i v[4];
-        load_quants(blk + 32, R <= kMaxRealignRows, v);
-        #pragma GCC unroll 8
-        for (int j = 0; j < 4; ++j) {
-          w[g][j] = _mm512_and_si512(v[j], low4);
-          w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v[j], 4), low4);
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          if constexpr (kChains == 2) s[g][0] = _mm512_add_epi32(s[g][0], s[g][1]);
+          const __m512 scale = _mm512_mul_ps(wscale[g], _mm512_set1_ps(dx0[size_t(r) * nb + b]));
+          acc[g][r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s[g][0]), acc[g][r]);
         }
-      }
-    }
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xq = xq0 + size_t(r) * in_features + b * kQBlock;
-      // Below 4 rows, two partial sums (even and odd quads) halve the dependent chain of vpdpbusd latencies; from 4
-      // rows on, the rows' chains overlap and one sum per row saves the add. Integer, so exact either way.
-      constexpr int kChains = R < 4 && G == 1 ? 2 : 1;
-      constexpr bool kFused = R >= (kT == QuantType::Q8_0 ? 2 : 4);  // from how many rows (dot_quad_at)
-      __m512i s[G][kChains];
-      #pragma GCC unroll 2
-      for (int g = 0; g < G; ++g) {
-        s[g][0] = kOffset ? _mm512_set1_epi32(offset0[size_t(r) * nb + b]) : _mm512_setzero_si512();
-        if constexpr (kChains == 2) s[g][1] = _mm512_setzero_si512();
-      }
-      #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-#if !TS_Q_VNNI
-        if constexpr (kT == QuantType::Q8_0) {
-          __m512i x = broadcast_quad(xq + 4 * j);
-          x = _mm512_mask_sub_epi8(x, negative[j], _mm512_setzero_si512(), x);
-          s[0][j % kChains] = dot_quads(s[0][j % kChains], w[0][j], x);
-          continue;
-        }
-#endif
-        dot_quad_groups<kFused>(s, w, j, xq + 4 * j);
-      }
-      #pragma GCC unroll 2
-      for (int g = 0; g < G; ++g) {
-        if constexpr (kChains == 2) s[g][0] = _mm512_add_epi32(s[g][0], s[g][1]);
-        const __m512 scale = _mm512_mul_ps(wscale[g], _mm512_set1_ps(dx0[size_t(r) * nb + b]));
-        acc[g][r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s[g][0]), acc[g][r]);
       }
     }
   }
