@@ -146,13 +146,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
 #endif
           }
         } else {
-          const __m512i low4 = _mm512_set1_epi8(0x0F);
-          #pragma GCC unroll 8
-          for (int j = 0; j < 4; ++j) {
-            const __m512i v = _mm512_loadu_si512(quants + 64 * j);
-            w[g][j] = _mm512_and_si512(v, low4);
-            w[g][j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-          }
+          unpack_nibble_quads(quants, w[g]);
         }
       }
       #pragma GCC unroll 16

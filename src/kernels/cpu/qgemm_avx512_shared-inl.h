@@ -50,6 +50,18 @@ TS_Q_TARGET inline void dot_quad_groups(__m512i (&s)[G][kChains], const __m512i 
   }
 }
 
+// The 256 bytes of 4 nibble quads at `quants` (Q4_0's and Q4_K's packing) as 8 quads of one value per byte:
+// w[i] = the low nibbles of quad i (k = 4i..4i+3), w[i + 4] = the high ones (k = 16 + 4i..).
+TS_Q_TARGET inline void unpack_nibble_quads(const uint8_t* quants, __m512i (&w)[8]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  #pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512i v = _mm512_loadu_si512(quants + 64 * i);
+    w[i] = _mm512_and_si512(v, low4);
+    w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  }
+}
+
 // acc[g][r] to y[r ldy + 16 g, ...): R rows of G groups of 16 outputs, of the last group its first valid_last.
 template <int G, int R>
 TS_Q_TARGET inline void store_groups(const __m512 (&acc)[G][R], float* y, int ldy, int valid_last) {

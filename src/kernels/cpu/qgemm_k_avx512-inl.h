@@ -69,14 +69,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
         ds[g] = scale_16(d[g], sc[g] + 16 * j);  // d * sc_j
         dm[g] = scale_16(dmin[g], mn[g] + 16 * j);  // dmin * m_j
         if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
-        const uint8_t* quants = sb + 256 + 256 * j;
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
-        #pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) {
-          const __m512i v = _mm512_loadu_si512(quants + 64 * i);
-          w[g][i] = _mm512_and_si512(v, low4);
-          w[g][i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        }
+        unpack_nibble_quads(sb + 256 + 256 * j, w[g]);
       }
       #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
