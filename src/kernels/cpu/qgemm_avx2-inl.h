@@ -29,7 +29,7 @@ constexpr int kMaxTileRows = 4;
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
                       int ldy, int valid_lanes, bool prefetch) {
-  constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
+  constexpr size_t kGroupBlockBytes = qgemm_group_block_bytes(kT);  // a block's bytes in the weight stream
   __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();

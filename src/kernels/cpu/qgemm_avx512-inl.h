@@ -85,7 +85,7 @@ template <QuantType kT, int R, int G = 1>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, size_t group_bytes,
                       int nb, float* y, int ldy, int valid_last, bool prefetch) {
   static_assert(G == 1 || TS_Q_VNNI, "two groups share broadcasts only with VNNI");
-  constexpr size_t kGroupBlockBytes = kT == QuantType::Q8_0 ? 544 : 288;
+  constexpr size_t kGroupBlockBytes = qgemm_group_block_bytes(kT);  // a block's bytes in the weight stream
   __m512 acc[G][R];  // [group][row]
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
