@@ -10,7 +10,8 @@
 // Tiles, per block b (one 32-value activation block, one weight block of the group):
 //   A (tmm4 / tmm5): rows x 32 int8, the activations straight from QuantizedRows (row stride in_features bytes).
 //   B (tmm6 / tmm7): 8 rows x 64 bytes: row j holds, for each of the 16 outputs, the 4 weights of k = 4j..4j+3,
-//     written into a ring of 512-byte slots kSplitAhead blocks ahead: Q8_0's packed w + 128 back to signed w, Q4_0's
+//     written kSplitAhead blocks ahead into a ring of 512-byte slots (or, for a call's later row tiles, read back
+//     from the first's: BSplit): Q8_0's packed w + 128 back to signed w, Q4_0's
 //     nibbles split into bytes less 8 (row j < 4 the low nibbles of quad j, row 4 + j its high ones), so both use
 //     tdpbssd and need no offset correction; Q4_K's nibbles split the same way but unsigned (tdpbsud).
 //   C (tmm0-3, one per block mod 4): rows x 16 int32, zeroed per block: the block's exact integer sums, stored to
@@ -21,7 +22,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/qgemm.h"
@@ -110,7 +113,7 @@ TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* groups, int nb, in
 // Block t's weight bytes into its ring slot, and the weight stream prefetched ahead, as the avx512 tiles read it
 // (into the next groups at the end of this one).
 template <QuantType kT>
-TS_Q_TARGET TS_INLINE void prepare(const uint8_t* groups, int nb, int t, uint8_t (*ring)[512], bool prefetch) {
+TS_Q_TARGET TS_INLINE void prepare(const uint8_t* groups, int nb, int t, uint8_t* b_bytes, bool prefetch) {
   const uint8_t* quants = block_quants<kT>(groups, nb, t);
   if (prefetch) {
     if constexpr (kT == QuantType::Q4_K) {
@@ -122,14 +125,25 @@ TS_Q_TARGET TS_INLINE void prepare(const uint8_t* groups, int nb, int t, uint8_t
       for (size_t line = 0; line < kBlockStride<kT>; line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
     }
   }
-  weight_bytes<kT>(quants, ring[t % kRing]);
+  weight_bytes<kT>(quants, b_bytes);
+}
+
+// Where B's bytes go and come from. A row tile alone splits them into its ring. Where a call has two or more AMX
+// row tiles, the first splits each chunk's blocks into a chunk-sized buffer (block t at slot t) as it goes, and the
+// others read them from there instead of splitting them again (Q4_0 and Q4_K; 32-128 rows 3-15% faster:
+// docs/benchmarks.md, Xeon family 6 model 167, 2026-12-07).
+enum class BSplit { kRing, kIntoChunk, kFromChunk };
+
+template <BSplit kS>
+TS_Q_TARGET TS_INLINE uint8_t* b_slot(uint8_t (*b)[512], int t) {
+  return kS == BSplit::kRing ? b[t % kRing] : b[t];
 }
 
 // Starts block t's product in C tile kC (A and B: tmm4 + kC % 2, tmm6 + kC % 2); ab: its activation block.
-template <QuantType kT, int kC>
-TS_Q_TARGET TS_INLINE void issue(const Rows& x, int t, int ab, uint8_t (*ring)[512]) {
+template <QuantType kT, int kC, BSplit kS>
+TS_Q_TARGET TS_INLINE void issue(const Rows& x, int t, int ab, uint8_t (*b_bytes)[512]) {
   const int8_t* a = x.q + size_t(ab) * kQBlock;
-  const uint8_t* w = ring[t % kRing];
+  const uint8_t* w = b_slot<kS>(b_bytes, t);
   __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm that do not say they read memory
   // GCC's tile intrinsics paste the tile number into the instruction text: literals only.
 #define TS_AMX_BLOCK(C, A, B)            \
@@ -206,14 +220,15 @@ struct Out {
 // flight, and a tile load reads weight bytes stored kSplitAhead - 3 steps earlier (a tile load right after the
 // vector stores it reads waits for them to leave the store buffer). t runs over all the tile's groups at once (their
 // blocks are contiguous in the packed weights), so the pipeline fills and drains once per call, not per group.
-template <QuantType kT, int R, int kPos>
-TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* groups, int t, int b, int total, uint8_t (*ring)[512],
+template <QuantType kT, int R, int kPos, BSplit kS>
+TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* groups, int t, int b, int total, uint8_t (*b_bytes)[512],
                                 int32_t (*c_buf)[kTileRows * 16], Q4KScales& k4, __m512 (&acc)[R], bool prefetch,
                                 const Out& out, int& g) {
-  if (t + kSplitAhead < total) prepare<kT>(groups, x.nb, t + kSplitAhead, ring, prefetch);
+  if (kS != BSplit::kFromChunk && t + kSplitAhead < total)
+    prepare<kT>(groups, x.nb, t + kSplitAhead, b_slot<kS>(b_bytes, t + kSplitAhead), prefetch);
   if (t + 3 < total) {
     const int b3 = x.nb > 3 ? (b + 3 < x.nb ? b + 3 : b + 3 - x.nb) : (b + 3) % x.nb;  // block t + 3's
-    issue<kT, (kPos + 3) % 4>(x, t + 3, b3, ring);
+    issue<kT, (kPos + 3) % 4, kS>(x, t + 3, b3, b_bytes);
   }
   if (t + 1 < total) store_sums<(kPos + 1) % 4>(c_buf[(t + 1) % 2]);
   finish<kT, R>(x, groups, t, b, c_buf[t % 2], k4, acc);
@@ -230,32 +245,35 @@ TS_Q_TARGET TS_INLINE void step(const Rows& x, const uint8_t* groups, int t, int
   }
 }
 
-// out.groups consecutive groups' 16 outputs each (from `groups`) for R rows.
-template <QuantType kT, int R>
-TS_Q_TARGET void tile(const Rows& x, const uint8_t* groups, const Out& out, bool prefetch) {
+// out.groups consecutive groups' 16 outputs each (from `groups`) for R rows. chunk: with kIntoChunk / kFromChunk,
+// the groups' B bytes [block over the groups][512] (BSplit).
+template <QuantType kT, int R, BSplit kS>
+TS_Q_TARGET void tile(const Rows& x, const uint8_t* groups, const Out& out, bool prefetch, uint8_t (*chunk)[512]) {
   __m512 acc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   alignas(64) int32_t c_buf[2][kTileRows * 16];  // [block % 2][rows][16 outputs]
-  alignas(64) uint8_t ring[kRing][512];          // [block % kRing]: B's bytes
+  alignas(64) uint8_t ring[kRing][512];          // [block % kRing]: B's bytes with kRing
+  uint8_t (*b_bytes)[512] = kS == BSplit::kRing ? ring : chunk;
   Q4KScales k4;
   const int nb = x.nb, total = nb * out.groups;
   auto act = [nb](int t) { return t % nb; };  // prologue only
-  for (int t = 0; t < std::min(total, kSplitAhead); ++t) prepare<kT>(groups, nb, t, ring, prefetch);
-  issue<kT, 0>(x, 0, 0, ring);
-  if (total > 1) issue<kT, 1>(x, 1, act(1), ring);
-  if (total > 2) issue<kT, 2>(x, 2, act(2), ring);
+  if constexpr (kS != BSplit::kFromChunk)
+    for (int t = 0; t < std::min(total, kSplitAhead); ++t) prepare<kT>(groups, nb, t, b_slot<kS>(b_bytes, t), prefetch);
+  issue<kT, 0, kS>(x, 0, 0, b_bytes);
+  if (total > 1) issue<kT, 1, kS>(x, 1, act(1), b_bytes);
+  if (total > 2) issue<kT, 2, kS>(x, 2, act(2), b_bytes);
   store_sums<0>(c_buf[0]);
   int g = 0, b = 0;  // block t's group and activation block
   const auto next = [nb](int& b) { b = b + 1 < nb ? b + 1 : 0; };
   for (int t = 0; t < total; t += 4) {
-    step<kT, R, 0>(x, groups, t, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    step<kT, R, 0, kS>(x, groups, t, b, total, b_bytes, c_buf, k4, acc, prefetch, out, g);
     next(b);
-    if (t + 1 < total) step<kT, R, 1>(x, groups, t + 1, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    if (t + 1 < total) step<kT, R, 1, kS>(x, groups, t + 1, b, total, b_bytes, c_buf, k4, acc, prefetch, out, g);
     next(b);
-    if (t + 2 < total) step<kT, R, 2>(x, groups, t + 2, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    if (t + 2 < total) step<kT, R, 2, kS>(x, groups, t + 2, b, total, b_bytes, c_buf, k4, acc, prefetch, out, g);
     next(b);
-    if (t + 3 < total) step<kT, R, 3>(x, groups, t + 3, b, total, ring, c_buf, k4, acc, prefetch, out, g);
+    if (t + 3 < total) step<kT, R, 3, kS>(x, groups, t + 3, b, total, b_bytes, c_buf, k4, acc, prefetch, out, g);
     next(b);
   }
 }
@@ -281,6 +299,17 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
   const size_t group_bytes = qgemm_packed_bytes(kT, kQGroup, in_features);
   const TileConfig full = make_config(kTileRows), tail = make_config(std::max(1, tiled_rows % kTileRows));
   const TileConfig* loaded = nullptr;
+  // Two or more row tiles share each chunk's split nibbles (BSplit). Q8_0's split, one xor per vector, is cheaper
+  // than reading it back from a chunk-sized buffer (32 rows 8-20% slower when shared).
+  const bool share_split = kT != QuantType::Q8_0 && tiled_rows > kTileRows;
+  // [block over the chunk's groups][512] from a 64-byte boundary: 512 KB per thread for 2048 inputs, 1.5 MB for 6144
+  thread_local std::vector<uint8_t> split;
+  uint8_t (*chunk_b)[512] = nullptr;
+  if (share_split) {
+    split.resize(size_t(kChunkGroups) * nb * 512 + 64);
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(split.data()) + 63) & ~uintptr_t(63);
+    chunk_b = reinterpret_cast<uint8_t (*)[512]>(at);
+  }
   for (int g0 = group_begin; g0 < group_end; g0 += kChunkGroups) {
     const int g1 = std::min(group_end, g0 + kChunkGroups);
     const uint8_t* chunk = packed + size_t(g0) * group_bytes;
@@ -292,7 +321,15 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
                    a.dsum.data() + size_t(row0) * nb, in_features, nb};
       const Out out{y + size_t(row0) * out_features + g0 * kQGroup, out_features, g1 - g0,
                     std::min(kQGroup, out_features - (g1 - 1) * kQGroup)};
-      with_tile_rows<kTileRows>(rows, [&](auto r) { tile<kT, decltype(r)::value>(x, chunk, out, row0 == 0); });
+      with_tile_rows<kTileRows>(rows, [&](auto r) {
+        constexpr int R = decltype(r)::value;
+        if (!share_split)
+          tile<kT, R, BSplit::kRing>(x, chunk, out, row0 == 0, nullptr);
+        else if (row0 == 0)
+          tile<kT, R, BSplit::kIntoChunk>(x, chunk, out, true, chunk_b);
+        else
+          tile<kT, R, BSplit::kFromChunk>(x, chunk, out, false, chunk_b);
+      });
     }
     if (tiled_rows < a.rows)
       for (int g = g0; g < g1; ++g) vnni_rows(tiled_rows, g);
