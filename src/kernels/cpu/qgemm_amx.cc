@@ -110,8 +110,8 @@ TS_Q_TARGET inline const uint8_t* block_quants(const uint8_t* groups, int nb, in
   return groups + size_t(t - b) * kBlockStride<kT> + qgemm_quants_offset(kT, nb, b);
 }
 
-// Block t's weight bytes into its ring slot, and the weight stream prefetched ahead, as the avx512 tiles read it
-// (into the next groups at the end of this one).
+// Block t's weight bytes into b_bytes (its ring or chunk slot, BSplit), and the weight stream prefetched ahead as
+// the avx512 tiles read it (into the next groups at the end of this one).
 template <QuantType kT>
 TS_Q_TARGET TS_INLINE void prepare(const uint8_t* groups, int nb, int t, uint8_t* b_bytes, bool prefetch) {
   const uint8_t* quants = block_quants<kT>(groups, nb, t);
