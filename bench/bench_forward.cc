@@ -110,12 +110,15 @@ struct VariantResult {
 // for b sequences at once, and the context extension by n committed tokens (what a round appends).
 nlohmann::json bench_drafter(const std::string& dir, TargetModel& target, int context, const std::vector<int>& batches,
                              int reps, const std::vector<VariantResult>& variants) {
-  auto drafter = Drafter::load(dir, target.config());
+  // The drafter in the format it runs beside this target (--drafter-quantize auto).
+  const std::string drafter_weights = resolve_drafter_weights("auto", target);
+  auto drafter = Drafter::load(dir, target.config(), parse_weight_scheme(drafter_weights));
   const double step_ms = variants.back().cost.ms[0];
   const std::vector<double> block_ms = measure_draft_ms_by_batch(*drafter, context, batches, std::max(reps, 5));
-  std::printf("\ndrafter %s: block %d, context %d; ISA %s; target decode step (batch 1, k=1) %.2f ms\n",
-              dir.c_str(), drafter->block_size(), context, isa_name(variants.back().isa), step_ms);
-  nlohmann::json j{{"folder", dir}, {"target_step_ms", step_ms}};
+  std::printf("\ndrafter %s (%s weights): block %d, context %d; ISA %s; target decode step (batch 1, k=1) %.2f ms\n",
+              dir.c_str(), drafter_weights.c_str(), drafter->block_size(), context, isa_name(variants.back().isa),
+              step_ms);
+  nlohmann::json j{{"folder", dir}, {"weights", drafter_weights}, {"target_step_ms", step_ms}};
   for (size_t bi = 0; bi < batches.size(); ++bi) {
     const double target_b = variants.back().cost.ms[bi * variants.back().cost.tokens.size()];
     std::printf("  block forward, batch %-3d %7.3f ms  (%5.1f%% of the target's k=1 forward at that batch)\n",
