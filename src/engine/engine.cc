@@ -55,6 +55,9 @@ Engine::Engine(TargetModel& target, Drafter* drafter, EngineConfig config)
   TS_CHECK(config_.max_context >= 2, "max_context must be >= 2, got ", config_.max_context);
   TS_CHECK(config_.prefill_chunk >= 1, "prefill_chunk must be >= 1, got ", config_.prefill_chunk);
   TS_CHECK(config_.kv_budget_bytes >= 0, "kv_budget_bytes must be >= 0");
+  TS_CHECK(config_.emit_vocab >= 0 && config_.emit_vocab <= t.vocab_size, "emit_vocab must be in [0, ",
+           t.vocab_size, "] (the model's vocabulary), got ", config_.emit_vocab);
+  if (config_.emit_vocab == t.vocab_size) config_.emit_vocab = 0;  // nothing to mask
   if (config_.cost_model) config_.cost_model->validate();
   max_context_ = std::min(config_.max_context, t.max_position_embeddings);
 

@@ -72,6 +72,12 @@ struct EngineConfig {
   // recently used to make room.
   bool prefix_cache = true;
   int prefix_block_tokens = 16;
+  // Token ids the engine may emit: [0, emit_vocab); 0 = the whole model vocabulary. A checkpoint whose embedding
+  // rows are padded past its tokenizer (Qwen's 151936 rows for 151669 ids) has ids the tokenizer cannot print: with
+  // emit_vocab set to the tokenizer's size their logits are -inf in every target row before any other edit, and in
+  // the drafter's q, so they are never sampled and speculation stays lossless with respect to that masked
+  // distribution. ModelBundle::emit_vocab() gives the value for a model folder's tokenizer.
+  int emit_vocab = 0;
   // Edge calibration per temperature (a request's options.calibration overrides it).
   spec_decode::CalibrationTable calibration;
   // Called at the end of every step with what the step did (per-request theta and tree sizes), on the stepping

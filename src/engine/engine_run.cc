@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 
 #include "core/timer.h"
@@ -43,6 +44,11 @@ namespace {
 // token_index (0-based).
 LogitEdits edits_at(const RequestOptions& o, int64_t token_index) {
   return logit_edits_at(o.logit_bias, o.stop_ids, o.min_tokens, token_index);
+}
+
+// -inf on the ids a row may not emit: [emit_vocab, vocab) (EngineConfig::emit_vocab; 0 = none).
+void mask_unemittable(int emit_vocab, int vocab, float* row) {
+  if (emit_vocab > 0) std::fill(row + emit_vocab, row + vocab, -std::numeric_limits<float>::infinity());
 }
 
 // Whether any row predicting token number >= first_index gets an edit: false keeps the common path untouched.
@@ -102,10 +108,13 @@ void Engine::finish_item(Item& item, sched::SeqOutcome& outcome) {
   const RequestOptions& o = live.request.options;
   // This request's logits rows: [logit_rows, V]. Each is edited for the token it predicts: the prefill's and a
   // plain step's row predict token number generated.size(); a tree node's row at depth d, generated.size() + d.
-  // First logit_bias and the min_tokens mask, then the penalties (sampling/penalties.h): a tree node's row counts
-  // the draft tokens on its own path as generated, a plain row only the generated tokens.
+  // First the ids the engine may not emit (EngineConfig::emit_vocab), then logit_bias and the min_tokens mask, then
+  // the penalties (sampling/penalties.h): a tree node's row counts the draft tokens on its own path as generated, a
+  // plain row only the generated tokens.
   float* logits = fr.logits.data() + size_t(item.logit0) * V;
   const int64_t generated = int64_t(live.generated.size());
+  for (int r = 0; r < int(item.logit_rows.size()); ++r)
+    mask_unemittable(config_.emit_vocab, V, logits + size_t(r) * V);
   if (edits_from(o, generated)) {
     for (int r = 0; r < int(item.logit_rows.size()); ++r) {
       const int depth = item.kind == Item::Spec ? item.round->tree().depth[size_t(r)] : 0;
@@ -229,8 +238,10 @@ void Engine::grow_tree(Item& it, const float* base_logits) {
   const int64_t generated = int64_t(live.generated.size());
   const bool edits = edits_from(o, generated);
   const PenaltyHistory* penalties = live.penalties.active() ? &live.penalties : nullptr;
-  if (edits || penalties) {
-    block.edit = [&o, V = block.vocab, generated, edits, penalties](int depth, float* out) {
+  const int emit_vocab = config_.emit_vocab;
+  if (edits || penalties || emit_vocab > 0) {
+    block.edit = [&o, V = block.vocab, generated, edits, penalties, emit_vocab](int depth, float* out) {
+      mask_unemittable(emit_vocab, V, out);
       if (edits) apply_logit_edits(edits_at(o, generated + depth - 1), V, out);
       if (penalties) penalties->apply(nullptr, 0, V, out);
     };

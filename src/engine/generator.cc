@@ -19,6 +19,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, const G
   config.max_context = target_.config().max_position_embeddings;
   config.prefill_chunk = config.max_context;
   config.on_step = on_step_;
+  config.emit_vocab = emit_vocab_;
   // No prefix cache: this engine ends with its one request, so nothing could ever hit it, and storing the request's
   // rows into a fresh pool at the end would allocate, fault in and copy all of them on every call.
   config.prefix_cache = false;

@@ -48,12 +48,15 @@ class Generator {
                             const std::function<void(int32_t)>& on_token = nullptr);
   // Called after every engine step with what it did (EngineConfig::on_step): the policy's decisions, for logs.
   void set_on_step(std::function<void(const StepReport&)> on_step) { on_step_ = std::move(on_step); }
+  // The ids its engine may emit (EngineConfig::emit_vocab; 0 = all).
+  void set_emit_vocab(int emit_vocab) { emit_vocab_ = emit_vocab; }
 
  private:
   TargetModel& target_;
   Drafter* drafter_;
   spec_decode::Calibration calibration_;
   std::function<void(const StepReport&)> on_step_;
+  int emit_vocab_ = 0;
 };
 
 }  // namespace ts

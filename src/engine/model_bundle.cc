@@ -117,6 +117,12 @@ std::vector<int32_t> ModelBundle::prompt_ids(const std::vector<int32_t>& ids, co
   return tokenizer->encode(text);
 }
 
+int ModelBundle::emit_vocab() const {
+  if (!tokenizer) return 0;
+  const int ids = tokenizer->vocab_size(), rows = target->config().vocab_size;
+  return ids < rows ? ids : 0;
+}
+
 std::string ModelBundle::decode(const std::vector<int32_t>& ids) const {
   return tokenizer ? tokenizer->decode(ids) : std::string();
 }

@@ -50,6 +50,9 @@ struct ModelBundle {
   std::vector<int32_t> prompt_ids(const std::vector<int32_t>& ids, const std::string& text, bool chat,
                                   bool enable_thinking) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // "" without a tokenizer
+  // The ids the engine may emit (EngineConfig::emit_vocab): the tokenizer's size where the model's vocabulary is
+  // padded beyond it, else 0 (all of it; also without a tokenizer).
+  int emit_vocab() const;
   // "target weights <format>, <MB> MB per forward (<GEMM backend>)[; drafter weights <format>]": what generate and
   // serve log.
   std::string weights_summary() const;

@@ -185,6 +185,7 @@ int cmd_generate(int argc, char** argv) {
   Generator generator(*bundle.target, bundle.drafter.get(),
                       bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
   if (log_level == "debug") generator.set_on_step(log_policy_step);
+  generator.set_emit_vocab(bundle.emit_vocab());
 
   for (int i = 0; i < n; ++i) {
     opt.sampling.seed = flags.seed + uint64_t(i);

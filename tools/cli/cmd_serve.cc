@@ -222,6 +222,12 @@ int cmd_serve(int argc, char** argv) {
   std::fprintf(stderr, "treespark serve: %s\n", bundle.weights_summary().c_str());
   RequestOptions defaults = spec.defaults(bundle.drafter.get());
   engine.calibration = bundle.calibration;
+  engine.emit_vocab = bundle.emit_vocab();
+  if (engine.emit_vocab > 0) {
+    const int rows = bundle.target->config().vocab_size;
+    std::fprintf(stderr, "treespark serve: the model has %d token ids, its tokenizer %d: ids %d..%d are never "
+                 "emitted\n", rows, engine.emit_vocab, engine.emit_vocab, rows - 1);
+  }
   if (bundle.drafter && defaults.mode != DecodeMode::None && defaults.adaptive) {
     if (!spec.cost_curve.empty()) {
       engine.cost_model = read_cost_model(spec.cost_curve);
