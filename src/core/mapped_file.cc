@@ -37,6 +37,10 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() { release(); }
 
+bool MappedFile::drop_resident_pages() {
+  return !data_ || ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED) == 0;
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {

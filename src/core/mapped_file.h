@@ -18,6 +18,11 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   const uint8_t* data() const { return data_; }
+  // Unmaps the pages this process has touched (madvise MADV_DONTNEED) without unmapping the file: the bytes stay
+  // readable, and a later read faults its page back in from the page cache (or the file). For a checkpoint whose
+  // weights were copied into packed buffers at load: its touched pages would otherwise stay in the process's
+  // resident memory beside the copies (a bf16 model's RSS twice its size). Returns false if madvise failed.
+  bool drop_resident_pages();
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 

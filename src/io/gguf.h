@@ -148,6 +148,8 @@ class GgufFile {
   bool has_tensor(const std::string& name) const;
   const GgufTensor* find_tensor(const std::string& name) const;  // nullptr when absent
   const GgufTensor& tensor(const std::string& name) const;       // throws "FILE: missing tensor 'NAME'"
+  // MappedFile::drop_resident_pages: once a model has copied what it computes with. Everything stays readable.
+  void drop_resident_pages() { file_.drop_resident_pages(); }
 
  private:
   GgufFile() = default;

@@ -45,6 +45,7 @@ class SafetensorsFile {
   const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
+  void drop_resident_pages() { file_.drop_resident_pages(); }  // MappedFile::drop_resident_pages
 
  private:
   MappedFile file_;
@@ -65,6 +66,11 @@ class Checkpoint {
   const TensorRef& weight(const std::string& name, const std::vector<int64_t>& expected_shape) const;
   std::vector<std::string> names() const;
   const std::string& path() const { return path_; }
+  // Every shard's MappedFile::drop_resident_pages: once a model has copied what it computes with. Tensors stay
+  // readable.
+  void drop_resident_pages() {
+    for (auto& f : files_) f->drop_resident_pages();
+  }
 
  private:
   std::string path_;

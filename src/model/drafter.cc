@@ -62,11 +62,13 @@ std::unique_ptr<Drafter> Drafter::load(const std::string& dir, const ModelConfig
   if (c.markov_rank == 0) {
     TS_CHECK(!has_w1 && !has_w2, source, ": markov_rank is 0 (or absent) but ", dir,
              " holds markov_head tensors; set markov_rank to their rank");
-    return d;
+  } else {
+    d->markov_w1_ = io::to_f32(ckpt.weight("markov_head.markov_w1.weight", {V, c.markov_rank}));
+    // The Markov bias is part of q: keep it in f32 so the draft distribution is as the reference computes it.
+    d->markov_w2_ = load_linear(ckpt, {"markov_head.markov_w2.weight"}, {V}, c.markov_rank, DType::F32);
   }
-  d->markov_w1_ = io::to_f32(ckpt.weight("markov_head.markov_w1.weight", {V, c.markov_rank}));
-  // The Markov bias is part of q: keep it in f32 so the draft distribution is as the reference computes it.
-  d->markov_w2_ = load_linear(ckpt, {"markov_head.markov_w2.weight"}, {V}, c.markov_rank, DType::F32);
+  // Everything but the embedding rows is copied by now (io::Checkpoint::drop_resident_pages).
+  d->ckpt_->drop_resident_pages();
   return d;
 }
 

@@ -67,6 +67,10 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
                  "to the finest of them (first: %s)\n", dir.c_str(), gguf_weights->requantized().size(),
                  gguf_weights->requantized()[0].c_str());
   }
+  // Every matrix is packed into its own buffers by now; only the embedding rows (and GGUF metadata) are read from
+  // the file later, a page at a time.
+  if (m->ckpt_) m->ckpt_->drop_resident_pages();
+  if (m->gguf_) m->gguf_->drop_resident_pages();
   return m;
 }
 
