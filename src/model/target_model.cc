@@ -42,10 +42,18 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
   m->kv_dtype_ = compute;
   m->weight_scheme_ = options.weights;
   WeightPlan plan{compute, options.weights, -1, c.num_layers};
+  // Each matrix is packed into buffers of its own, so the file pages a layer's load touched are released after it
+  // (io::Checkpoint::drop_resident_pages): the process never holds the checkpoint beside its packed copy, during the
+  // load or after it. Only the embedding rows (and GGUF metadata) are read from the files later, a page at a time.
+  const auto drop_file_pages = [&m] {
+    if (m->ckpt_) m->ckpt_->drop_resident_pages();
+    if (m->gguf_) m->gguf_->drop_resident_pages();
+  };
 
   for (int l = 0; l < c.num_layers; ++l) {
     plan.layer = l;
     m->layers_.push_back(load_layer(source, cat("model.layers.", l, "."), m->shape_, plan));
+    drop_file_pages();
   }
   plan.layer = -1;
   m->final_norm_ = source.vector("model.norm.weight", c.hidden_size);
@@ -67,10 +75,7 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
                  "to the finest of them (first: %s)\n", dir.c_str(), gguf_weights->requantized().size(),
                  gguf_weights->requantized()[0].c_str());
   }
-  // Every matrix is packed into its own buffers by now; only the embedding rows (and GGUF metadata) are read from
-  // the file later, a page at a time.
-  if (m->ckpt_) m->ckpt_->drop_resident_pages();
-  if (m->gguf_) m->gguf_->drop_resident_pages();
+  drop_file_pages();
   return m;
 }
 
