@@ -70,6 +70,13 @@ std::unique_ptr<TargetModel> TargetModel::load(const std::string& dir, const Loa
                  "and run as stored\n", dir.c_str(), weight_scheme_name(options.weights));
     m->weight_scheme_ = WeightScheme::Native;
   }
+  if (!gguf && options.weights != WeightScheme::Native && !m->quantized_weights()) {
+    // As for GGUF above: no matrix is wide enough for the format (model/weight_plan.h), so nothing is quantized.
+    m->weight_scheme_ = WeightScheme::Native;
+    std::fprintf(stderr, "treespark: %s: weight format %s applies to none of its matrices (a quantized row needs a "
+                 "multiple of 32 inputs): they run as %s\n", dir.c_str(), weight_scheme_name(options.weights),
+                 m->weight_format().c_str());
+  }
   if (gguf_weights && !gguf_weights->requantized().empty()) {
     std::fprintf(stderr, "treespark: %s: %zu fused products had parts in different formats and were re-quantized "
                  "to the finest of them (first: %s)\n", dir.c_str(), gguf_weights->requantized().size(),

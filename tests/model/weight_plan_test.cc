@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "model/model_test_util.h"
+#include "model/random_checkpoint.h"
+#include "model/target_model.h"
 
 namespace ts {
 namespace {
@@ -61,6 +64,32 @@ TEST(WeightPlan, FormatRunsSplitWhereTheFormatChanges) {
   EXPECT_EQ(format_runs({8, 8, 8}), (std::vector<size_t>{0, 3}));
   EXPECT_EQ(format_runs({-1, 12, -1}), (std::vector<size_t>{0, 1, 2, 3}));
   EXPECT_EQ(format_runs({2}), (std::vector<size_t>{0, 1}));
+}
+
+// A folder whose widths no quantized format takes (hidden 200, 4 heads of 10, intermediate 500: no multiple of 32)
+// loads with --quantize as its float type and is labelled so; where only some widths fit, the label lists the float
+// format beside the quantized one.
+TEST(WeightPlan, WidthsNoFormatTakesRunAsFloatAndSaySo) {
+  ModelConfig c = tiny_qwen3_config(/*vocab=*/64, /*hidden=*/200, /*layers=*/1);
+  c.head_dim = 10;
+  c.intermediate_size = 500;
+  const std::string none_fit = testing::temp_dir("plan_none_fit");
+  write_random_model(none_fit, c, DType::BF16, 3);
+  for (WeightScheme s : {WeightScheme::Q8_0, WeightScheme::Q4_0, WeightScheme::Q4_K_M}) {
+    LoadOptions o;
+    o.weights = s;
+    auto m = TargetModel::load(none_fit, o);
+    EXPECT_FALSE(m->quantized_weights()) << weight_scheme_name(s);
+    EXPECT_EQ(m->weight_format(), "bf16") << weight_scheme_name(s);
+  }
+  c.hidden_size = 256;  // q/k/v and gate/up take Q4_0; o (40 inputs) and down (500) cannot
+  const std::string some_fit = testing::temp_dir("plan_some_fit");
+  write_random_model(some_fit, c, DType::BF16, 3);
+  LoadOptions o;
+  o.weights = WeightScheme::Q4_0;
+  auto m = TargetModel::load(some_fit, o);
+  EXPECT_TRUE(m->quantized_weights());
+  EXPECT_EQ(m->weight_format(), "q4_0 (projections Q4_0+bf16, lm_head Q8_0)");
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ int cmd_generate(int argc, char** argv) {
 
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, flags.quantize, flags.drafter_quantize);
   flags.apply_threads(bundle.target->weight_bytes());  // may change the kernel variant: the summary names its GEMM
-  if (bundle.target->quantized_weights())
+  if (bundle.target->quantized_weights() || parse_weight_scheme(flags.quantize) != WeightScheme::Native)
     std::fprintf(stderr, "treespark: %s\n", bundle.weights_summary().c_str());
   bundle.set_kv_dtype(flags.kv_dtype);
   if (drafter_dir.empty() && flags.mode != "none") {
