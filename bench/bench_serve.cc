@@ -42,8 +42,16 @@ server::ServerOptions live_server_options(const EngineConfig& config) {
   return so;
 }
 
+namespace {
+// The engine's config as serve sets it from the bundle (the ids its tokenizer can print).
+EngineConfig with_bundle(EngineConfig config, const ModelBundle& bundle) {
+  config.emit_vocab = bundle.emit_vocab();
+  return config;
+}
+}  // namespace
+
 LiveServer::LiveServer(ModelBundle& bundle, const EngineConfig& config, const RequestOptions& defaults)
-    : backend(*bundle.target, bundle.drafter.get(), config), http(live_server_options(config)) {
+    : backend(*bundle.target, bundle.drafter.get(), with_bundle(config, bundle)), http(live_server_options(config)) {
   port = http.bind();
   http.start();
   server::ServedModel served = server::describe_model(bundle, "bench", backend.max_context());
