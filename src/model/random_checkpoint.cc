@@ -225,4 +225,21 @@ ModelConfig tiny_qwen3_config(int vocab, int hidden, int layers) {
   return c;
 }
 
+DrafterConfig tiny_drafter_config(int vocab, int hidden, int layers, int block) {
+  DrafterConfig d;
+  d.block_size = block;
+  d.markov_rank = 4;
+  d.target_layer_ids = {0, layers - 1};
+  d.mask_token_id = vocab - 1;
+  d.num_layers = 1;
+  d.hidden_size = hidden;
+  d.target_hidden_size = hidden;
+  d.head_dim = 16;
+  d.num_heads = 4;
+  d.num_kv_heads = 2;
+  d.intermediate_size = hidden * 2;
+  d.vocab_size = vocab;
+  return d;
+}
+
 }  // namespace ts

@@ -23,5 +23,8 @@ std::string drafter_config_json(const DrafterConfig& config);
 
 // A tiny Qwen3 config for tests: vocab, hidden, layers as given; 4 q heads, 2 kv heads, head_dim 16.
 ModelConfig tiny_qwen3_config(int vocab, int hidden, int layers);
+// A DSpark drafter config of block size `block` over a target of (vocab, hidden, layers): rank-4 Markov head, taps
+// at the first and last layer, one layer of 4 heads of 16 (callers may reshape it before writing).
+DrafterConfig tiny_drafter_config(int vocab, int hidden, int layers, int block);
 
 }  // namespace ts

@@ -4,10 +4,8 @@
 // ModelBundle::emit_vocab() finds the tokenizer's size, in a folder and in a GGUF file whose converter padded the
 // token list with unused "[PADn]" entries.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <numeric>
 
@@ -118,30 +116,13 @@ TEST(EmitVocab, BundleGivesTheTokenizerSizeOfAPaddedModel) {
   EXPECT_TRUE(std::all_of(r.ids.begin(), r.ids.end(), [](int32_t id) { return id < 530; }));
 }
 
-// gguf_from_folder.py's Q8_0 file of `folder` with its tokenizer; "" on success, else why (skip_only: python3 or
-// llama.cpp's gguf-py is missing, not a failure).
-std::string write_gguf(const std::string& folder, const std::string& out, bool* skip_only) {
-  *skip_only = !std::filesystem::exists("/usr/bin/python3");
-  if (*skip_only) return "no /usr/bin/python3";
-  const std::string command = "/usr/bin/python3 '" + std::string(TS_SOURCE_DIR) + "/tools/py/gguf_from_folder.py' '" +
-                              folder + "' '" + out + "' --type q8_0 --tokenizer qwen2 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return "cannot run " + command;
-  std::string output;
-  char chunk[4096];
-  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), pipe)) > 0;) output.append(chunk, n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-  *skip_only = WIFEXITED(status) && WEXITSTATUS(status) == 77;
-  return command + " failed: " + output;
-}
-
 // llama.cpp's converter pads a token list shorter than the vocabulary with unused "[PADn]" tokens, which the GGUF
 // tokenizer drops: the padded ids are masked as a folder's are.
 TEST(EmitVocab, GgufWithPaddedTokenList) {
   const std::string dir = folder("emit_vocab_gguf", 544, true);
   bool skip_only = false;
-  const std::string why = write_gguf(dir, dir + "/model.gguf", &skip_only);
+  const std::string why =
+      testing::gguf_from_folder(dir, dir + "/model.gguf", "--type q8_0 --tokenizer qwen2", &skip_only);
   if (!why.empty() && skip_only) GTEST_SKIP() << why;
   ASSERT_EQ(why, "");
   const ModelBundle b = ModelBundle::load(dir + "/model.gguf", "");

@@ -22,24 +22,7 @@ struct Pair {
   std::unique_ptr<Drafter> drafter;
 };
 
-// A DSpark drafter config of block size `block` over a target of (vocab, hidden, layers): rank-4 Markov head, taps
-// at the first and last layer, one layer of 4 heads of 16 (callers may reshape it before writing).
-inline DrafterConfig tiny_drafter_config(int vocab, int hidden, int layers, int block) {
-  DrafterConfig d;
-  d.block_size = block;
-  d.markov_rank = 4;
-  d.target_layer_ids = {0, layers - 1};
-  d.mask_token_id = vocab - 1;
-  d.num_layers = 1;
-  d.hidden_size = hidden;
-  d.target_hidden_size = hidden;
-  d.head_dim = 16;
-  d.num_heads = 4;
-  d.num_kv_heads = 2;
-  d.intermediate_size = hidden * 2;
-  d.vocab_size = vocab;
-  return d;
-}
+using ::ts::tiny_drafter_config;  // model/random_checkpoint.h
 
 // Writes random weights for target config c and drafter config d under a new temp folder and loads the pair.
 inline Pair write_and_load_pair(const std::string& name, const ModelConfig& c, const DrafterConfig& d, DType dtype,

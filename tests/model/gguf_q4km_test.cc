@@ -5,7 +5,6 @@
 // by tools/py/gguf_from_folder.py (gguf-py's writer, ggml-quants.c compiled on the fly); the test skips when
 // llama.cpp's source (scripts/fetch-llama-cpp-ref.sh) or /usr/bin/python3 with numpy is missing.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
@@ -16,27 +15,6 @@
 
 namespace ts {
 namespace {
-
-// Runs the converter; "" on success, else why it could not (skip_only: a missing input, not a failure).
-std::string write_q4km_gguf(const std::string& folder, const std::string& out, bool* skip_only) {
-  *skip_only = false;
-  if (!std::filesystem::exists("/usr/bin/python3")) {
-    *skip_only = true;
-    return "no /usr/bin/python3";
-  }
-  const std::string script = std::string(TS_SOURCE_DIR) + "/tools/py/gguf_from_folder.py";
-  const std::string command =
-      "/usr/bin/python3 '" + script + "' '" + folder + "' '" + out + "' --type q4_k_m --float-embeddings 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return "cannot run " + command;
-  std::string output;
-  char chunk[4096];
-  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), pipe)) > 0;) output.append(chunk, n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-  *skip_only = WIFEXITED(status) && WEXITSTATUS(status) == 77;
-  return command + " failed: " + output;
-}
 
 class GgufQ4KM : public ::testing::TestWithParam<std::string> {};
 
@@ -55,7 +33,8 @@ TEST_P(GgufQ4KM, FileRunsAsStoredAndEqualsTheQuantizedFolder) {
   const std::string dir = testing::temp_dir("gguf_q4km");
   write_random_model(dir + "/folder", c, DType::BF16, 23);
   bool skip_only = false;
-  const std::string why = write_q4km_gguf(dir + "/folder", dir + "/model.gguf", &skip_only);
+  const std::string why =
+      testing::gguf_from_folder(dir + "/folder", dir + "/model.gguf", "--type q4_k_m --float-embeddings", &skip_only);
   if (!why.empty() && skip_only) GTEST_SKIP() << why;
   ASSERT_EQ(why, "");
 

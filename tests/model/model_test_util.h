@@ -2,8 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -54,6 +56,26 @@ inline std::vector<float> run_sequence(TargetModel& m, const std::vector<int32_t
   m.forward(b, {&cache}, &r);
   cache.commit_all();
   return r.logits;  // [n, vocab]
+}
+
+// Runs tools/py/gguf_from_folder.py on `folder` into `out` with `args` (e.g. "--type q8_0"): "" on success, else
+// why it could not; *skip_only tells a missing input (no /usr/bin/python3, or llama.cpp's source: the script's exit
+// status 77), which a test skips on, from a failure.
+inline std::string gguf_from_folder(const std::string& folder, const std::string& out, const std::string& args,
+                                    bool* skip_only) {
+  *skip_only = !std::filesystem::exists("/usr/bin/python3");
+  if (*skip_only) return "no /usr/bin/python3";
+  const std::string command = "/usr/bin/python3 '" + std::string(TS_SOURCE_DIR) + "/tools/py/gguf_from_folder.py' '" +
+                              folder + "' '" + out + "' " + args + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return "cannot run " + command;
+  std::string output;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), pipe)) > 0;) output.append(chunk, n);
+  const int status = ::pclose(pipe);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  *skip_only = WIFEXITED(status) && WEXITSTATUS(status) == 77;
+  return command + " failed: " + output;
 }
 
 }  // namespace ts::testing

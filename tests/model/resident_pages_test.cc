@@ -57,19 +57,7 @@ TEST(ResidentPages, LoadedModelsKeepNoCheckpointPagesResident) {
   if (rss_file_kib() < 0) GTEST_SKIP() << "no /proc/self/status";
   const std::string target_dir = testing::temp_dir("resident_target");
   write_random_model(target_dir, sized_config(), DType::BF16, 5);
-  DrafterConfig dc;
-  dc.vocab_size = 512;
-  dc.hidden_size = 512;
-  dc.intermediate_size = 1536;
-  dc.num_layers = 2;
-  dc.num_heads = 4;
-  dc.num_kv_heads = 2;
-  dc.head_dim = 64;
-  dc.block_size = 4;
-  dc.markov_rank = 16;
-  dc.mask_token_id = 511;
-  dc.target_layer_ids = {1, 3};
-  dc.target_hidden_size = 512;
+  const DrafterConfig dc = tiny_drafter_config(/*vocab=*/512, /*hidden=*/512, /*layers=*/4, /*block=*/4);
   const std::string drafter_dir = testing::temp_dir("resident_drafter");
   write_random_drafter(drafter_dir, dc, DType::BF16, 6);
   // A first load pages in the loading code itself, which the measured loads then find resident.
