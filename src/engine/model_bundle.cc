@@ -40,7 +40,9 @@ ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& d
   if (!drafter_dir.empty()) {
     b.drafter = Drafter::load(drafter_dir, b.target->config(),
                               parse_weight_scheme(resolve_drafter_weights(drafter_weights, *b.target)));
-    b.calibration = spec_decode::read_calibration_table(drafter_dir + "/" + spec_decode::kCalibrationFileName);
+    // The entries fitted with these weight formats where the file has them (CalibrationTable::for_weights).
+    b.calibration = spec_decode::read_calibration_table(drafter_dir + "/" + spec_decode::kCalibrationFileName)
+                        .for_weights(b.target->weight_format(), b.drafter->weight_format());
   }
   if (model_dir.size() > 5 && model_dir.compare(model_dir.size() - 5, 5, ".gguf") == 0) {
     // A GGUF target carries its tokenizer and chat template in its metadata (io/gguf_tokenizer.h).

@@ -84,7 +84,8 @@ Calibration CalibrationTable::lookup(double temperature, const DraftFilter& filt
 
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
   for (CalibrationEntry& e : entries) {
-    if (e.temperature == entry.temperature && same_filter(e.filter, entry.filter)) {
+    if (e.temperature == entry.temperature && same_filter(e.filter, entry.filter) && e.weights == entry.weights &&
+        e.drafter_weights == entry.drafter_weights) {
       e = entry;
       return;
     }
@@ -92,6 +93,26 @@ void CalibrationTable::upsert(const CalibrationEntry& entry) {
   entries.push_back(entry);
   std::sort(entries.begin(), entries.end(),
             [](const CalibrationEntry& x, const CalibrationEntry& y) { return x.temperature < y.temperature; });
+}
+
+CalibrationTable CalibrationTable::for_weights(const std::string& weights, const std::string& drafter_weights) const {
+  // 0: fitted with exactly these formats, 1: formats not recorded, 2: other formats.
+  const auto rank = [&](const CalibrationEntry& e) {
+    if (e.weights == weights && e.drafter_weights == drafter_weights) return 0;
+    return e.weights.empty() && e.drafter_weights.empty() ? 1 : 2;
+  };
+  CalibrationTable out;
+  for (const CalibrationEntry& e : entries) {
+    CalibrationEntry* kept = nullptr;  // the entry already chosen at e's temperature and filter
+    for (CalibrationEntry& k : out.entries)
+      if (k.temperature == e.temperature && same_filter(k.filter, e.filter)) kept = &k;
+    if (!kept) {
+      out.entries.push_back(e);
+    } else if (rank(e) < rank(*kept)) {
+      *kept = e;
+    }
+  }
+  return out;  // still sorted by temperature: entries was, and replacements keep their places
 }
 
 std::string calibration_table_to_json(const CalibrationTable& table) {
@@ -109,6 +130,8 @@ std::string calibration_table_to_json(const CalibrationTable& table) {
                         {"ece_before", e.ece_before},
                         {"ece_after", e.ece_after},
                         {"ece_after_by_depth", e.ece_after_by_depth}};
+    if (!e.weights.empty()) j["weights"] = e.weights;
+    if (!e.drafter_weights.empty()) j["drafter_weights"] = e.drafter_weights;
     if (e.held_out) {
       const CalibrationEntry::HeldOut& h = *e.held_out;
       j["held_out"] = {{"edges", h.edges},
@@ -131,6 +154,15 @@ double number_field(const nlohmann::json& entry, const char* name, size_t index)
   const double v = entry[name].get<double>();
   TS_CHECK(std::isfinite(v), "calibration: entries[", index, "].", name, " must be finite, got ", v);
   return v;
+}
+
+// An optional string named name into *out (at most 1024 bytes); absent leaves *out as it is.
+void optional_string(const nlohmann::json& entry, const char* name, size_t index, std::string* out) {
+  if (!entry.contains(name)) return;
+  const nlohmann::json& s = entry[name];
+  TS_CHECK(s.is_string() && s.get<std::string>().size() <= 1024, "calibration: entries[", index, "].", name,
+           " must be a string of at most 1024 bytes, got ", s.is_string() ? "a longer one" : s.dump());
+  *out = s.get<std::string>();
 }
 
 // An optional array of n finite numbers named name into out[0 .. n); absent leaves out as it is.
@@ -185,6 +217,8 @@ CalibrationTable calibration_table_from_json(const std::string& text) {
     TS_CHECK(e.filter.min_p >= 0 && e.filter.min_p <= 1, "calibration: entries[", i,
              "].min_p must be in [0, 1], got ", e.filter.min_p);
     e.filter = effective(e.temperature, e.filter);
+    optional_string(j, "weights", i, &e.weights);
+    optional_string(j, "drafter_weights", i, &e.drafter_weights);
     TS_CHECK(e.a > 0, "calibration: entries[", i, "].a must be > 0 (p_hat increasing in q), got ", e.a);
     // Statistics are informative only: absent means unknown (0).
     if (j.contains("edges")) e.edges = static_cast<int64_t>(number_field(j, "edges", i));

@@ -11,6 +11,11 @@
 // each depth bucket's fitting edges. "held_out" (optional): the same on edges of prompts the fit never saw:
 // {"edges": N, "ece_before": .., "ece_after": .., "edges_by_depth": [..], "ece_before_by_depth": [..],
 //  "ece_after_by_depth": [..]}. The statistics are informative only.
+// "weights", "drafter_weights" (optional strings): the target's and the drafter's weight formats the labels were
+// collected with (as the load logs them, e.g. "bf16", "q4_k_m (projections Q4_K+Q6_K, lm_head Q6_K)", "native"): a
+// quantized target changes p and a quantized drafter q, so each pair of formats may have its own entries
+// (CalibrationTable::for_weights). Absent: not recorded (files written before formats were), read as fitted on the
+// checkpoints' own weights.
 #pragma once
 
 #include <array>
@@ -44,6 +49,7 @@ struct CalibrationEntry {
   };
   std::optional<HeldOut> held_out;  // measured by `calibrate --holdout-prompts`
   DraftFilter filter;  // what the labels were collected under (unfiltered, and always so at temperature 0)
+  std::string weights, drafter_weights;  // the formats they were collected with; "" = not recorded
 
   Calibration calibration() const;  // (a, b, rank and depth offsets)
 };
@@ -66,8 +72,14 @@ struct CalibrationTable {
   // (docs/results/optimization-notes.md, "Calibration lookup: the draft filter counts").
   Calibration lookup(double temperature, const DraftFilter& filter = {}) const;
   const CalibrationEntry* find(double temperature, const DraftFilter& filter = {}) const;  // lookup's entry
-  // Replaces the entry with exactly this temperature and filter, or adds it; entries stay sorted by temperature.
+  // Replaces the entry with exactly this temperature, filter and weight formats, or adds it; entries stay sorted by
+  // temperature.
   void upsert(const CalibrationEntry& entry);
+  // The entries a pair of these weight formats uses, one per temperature and filter: the entry fitted with exactly
+  // these formats where there is one, else one whose formats were not recorded (fitted on the checkpoints' own
+  // weights), else one fitted with other formats (a quantized target's acceptance moves little, so that is still
+  // nearer than no calibration). What ModelBundle hands generation, so every lookup carries the formats.
+  CalibrationTable for_weights(const std::string& weights, const std::string& drafter_weights) const;
 };
 
 std::string calibration_table_to_json(const CalibrationTable& table);

@@ -1,8 +1,10 @@
 // --drafter-quantize auto: the drafter is quantized to Q8_0 beside a quantized target and stays native beside a
-// native one; an explicit choice is kept as given either way.
+// native one; an explicit choice is kept as given either way. The calibration a bundle hands generation is the one
+// fitted with its weight formats where the drafter's file has it.
 #include <gtest/gtest.h>
 
 #include "engine/model_bundle.h"
+#include "spec_decode/calibration_file.h"
 #include "engine/tiny_pair.h"
 #include "model/model_test_util.h"
 #include "model/random_checkpoint.h"
@@ -44,6 +46,29 @@ TEST(ModelBundleDrafterFormat, AutoFollowsTheTarget) {
   }
   const ModelBundle alone = ModelBundle::load(dir + "/target", "", "q8_0");
   EXPECT_EQ(alone.weights_summary().find("drafter"), std::string::npos) << alone.weights_summary();
+}
+
+TEST(ModelBundleDrafterFormat, CalibrationOfTheLoadedFormats) {
+  const std::string dir = testing::temp_dir("bundle_calibration_format");
+  const int vocab = 20, hidden = 64, layers = 2;
+  ModelConfig c = tiny_qwen3_config(vocab, hidden, layers);
+  c.intermediate_size = 96;
+  write_random_model(dir + "/target", c, DType::BF16, 5);
+  write_random_drafter(dir + "/drafter", testing::tiny_drafter_config(vocab, hidden, layers, /*block=*/4), DType::BF16,
+                       6);
+  const ModelBundle probe = ModelBundle::load(dir + "/target", dir + "/drafter", "q4_0");
+  spec_decode::CalibrationTable table;
+  spec_decode::CalibrationEntry unrecorded, quantized;
+  unrecorded.a = 1.25;
+  quantized.a = 0.75;
+  quantized.weights = probe.target->weight_format();
+  quantized.drafter_weights = probe.drafter->weight_format();
+  table.upsert(unrecorded);
+  table.upsert(quantized);
+  spec_decode::write_calibration_table(dir + "/drafter/" + spec_decode::kCalibrationFileName, table);
+  EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter", "q4_0").calibration.lookup(0).a, 0.75);
+  EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter").calibration.lookup(0).a, 1.25);
+  EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter", "q8_0").calibration.lookup(0).a, 1.25);
 }
 
 }  // namespace

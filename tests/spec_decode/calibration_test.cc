@@ -301,5 +301,46 @@ TEST(CalibrationFile, MalformedInputThrows) {
   EXPECT_EQ(ok.entries[0].edges, 0);
 }
 
+// Entries recorded with weight formats: a round trip keeps them, upsert keeps one entry per formats at a temperature,
+// and for_weights gives each temperature the entry of the asked formats, else an unrecorded one, else another's.
+TEST(CalibrationFile, EntriesPerWeightFormat) {
+  const auto entry = [](double t, double a, const std::string& w, const std::string& dw) {
+    CalibrationEntry e;
+    e.temperature = t;
+    e.a = a;
+    e.weights = w;
+    e.drafter_weights = dw;
+    return e;
+  };
+  const std::string q4 = "q4_k_m (projections Q4_K+Q6_K, lm_head Q6_K)";
+  CalibrationTable table;
+  table.upsert(entry(0, 1.0, "", ""));      // an older file's entries: formats not recorded
+  table.upsert(entry(0.7, 2.0, "", ""));
+  table.upsert(entry(0, 3.0, q4, "q8_0"));  // fitted on the quantized pair
+  table.upsert(entry(1.0, 4.0, "q8_0 (projections Q8_0, lm_head Q8_0)", "q8_0"));  // another format only
+  table.upsert(entry(0, 3.5, q4, "q8_0"));  // refitted: replaces its own entry, not the unrecorded one
+  ASSERT_EQ(table.entries.size(), 4u);
+  const CalibrationTable back = calibration_table_from_json(calibration_table_to_json(table));
+  ASSERT_EQ(back.entries.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(back.entries[i].weights, table.entries[i].weights);
+    EXPECT_EQ(back.entries[i].drafter_weights, table.entries[i].drafter_weights);
+    EXPECT_EQ(back.entries[i].a, table.entries[i].a);
+  }
+  const CalibrationTable quantized = back.for_weights(q4, "q8_0");
+  ASSERT_EQ(quantized.entries.size(), 3u);  // one per temperature
+  EXPECT_EQ(quantized.lookup(0).a, 3.5);    // its own
+  EXPECT_EQ(quantized.lookup(0.7).a, 2.0);  // none of its own there: the unrecorded one
+  EXPECT_EQ(quantized.lookup(1.0).a, 4.0);  // only another format's
+  const CalibrationTable native = back.for_weights("bf16", "native");
+  EXPECT_EQ(native.lookup(0).a, 1.0);
+  EXPECT_EQ(native.lookup(0.7).a, 2.0);
+  // The same target beside a drafter of another format is another pair.
+  EXPECT_EQ(back.for_weights(q4, "native").lookup(0).a, 1.0);
+  EXPECT_THROW(calibration_table_from_json(
+                   R"({"version": 1, "entries": [{"temperature": 0, "a": 1, "b": 0, "weights": 5}]})"),
+               Error);
+}
+
 }  // namespace
 }  // namespace ts::spec_decode

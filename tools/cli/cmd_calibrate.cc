@@ -83,11 +83,15 @@ int cmd_calibrate(int argc, char** argv) {
   TS_CHECK(!edges.empty(), "no verification edges were collected");
   spec_decode::CalibrationEntry entry =
       spec_decode::fit_calibration_entry(edges, flags.temperature, {flags.top_k, flags.top_p, flags.min_p});
+  // Labelled with the pair's weight formats: another format's entries stay (CalibrationTable::for_weights).
+  entry.weights = bundle.target->weight_format();
+  entry.drafter_weights = bundle.drafter->weight_format();
   spec_decode::CalibrationTable table = spec_decode::read_calibration_table(out);
   std::optional<spec_decode::Calibration> replaced;  // the entry this fit replaces, to compare on the held-out edges
-  if (const spec_decode::CalibrationEntry* old = table.find(entry.temperature, entry.filter);
-      old && old->temperature == entry.temperature && spec_decode::same_filter(old->filter, entry.filter))
-    replaced = old->calibration();
+  for (const spec_decode::CalibrationEntry& old : table.entries)
+    if (old.temperature == entry.temperature && spec_decode::same_filter(old.filter, entry.filter) &&
+        old.weights == entry.weights && old.drafter_weights == entry.drafter_weights)
+      replaced = old.calibration();
   // The same fit without depth offsets (every edge at depth 1): what the depth offsets add.
   std::vector<spec_decode::EdgeRecord> no_depth = edges;
   for (spec_decode::EdgeRecord& e : no_depth) e.depth = 1;
