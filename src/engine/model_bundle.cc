@@ -28,6 +28,33 @@ std::string ModelBundle::weights_summary() const {
   return s;
 }
 
+std::string ModelBundle::calibration_summary() const {
+  if (calibration.entries.empty()) return "calibration: none (p_hat = q)";
+  const std::string weights = target->weight_format(), drafter_weights = drafter ? drafter->weight_format() : "";
+  std::string which;
+  int own = 0, unrecorded = 0, other = 0;
+  for (const spec_decode::CalibrationEntry& e : calibration.entries) {
+    char t[96];
+    std::snprintf(t, sizeof(t), "%sT %g", which.empty() ? "" : ", ", e.temperature);
+    which += t;
+    if (e.filter.top_k > 0) which += cat(" top-k ", e.filter.top_k);
+    if (e.filter.top_p < 1) which += cat(" top-p ", e.filter.top_p);
+    if (e.filter.min_p > 0) which += cat(" min-p ", e.filter.min_p);
+    if (e.weights == weights && e.drafter_weights == drafter_weights) {
+      ++own;
+    } else if (e.weights.empty() && e.drafter_weights.empty()) {
+      ++unrecorded;
+    } else {
+      ++other;
+    }
+  }
+  const size_t n = calibration.entries.size();
+  std::string s = cat("calibration: ", n, n == 1 ? " entry (" : " entries (", which, "): ", own,
+                      " fitted with these weight formats, ", unrecorded, " with formats not recorded");
+  if (other > 0) s += cat(", ", other, " with other formats");
+  return s;
+}
+
 ModelBundle ModelBundle::load(const std::string& model_dir, const std::string& drafter_dir,
                               const std::string& weights, const std::string& drafter_weights) {
   ModelBundle b;

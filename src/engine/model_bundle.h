@@ -56,6 +56,9 @@ struct ModelBundle {
   // "target weights <format>, <MB> MB per forward (<GEMM backend>)[; drafter weights <format>]": what generate and
   // serve log.
   std::string weights_summary() const;
+  // "calibration: N entries (T 0, T 0.7 top-k 20, ...): K fitted with these weight formats, M with formats not
+  // recorded[, L with other formats]", or "calibration: none (p_hat = q)" without entries: what serve logs.
+  std::string calibration_summary() const;
 
   // Runs a short plain and a short speculative generation (a fixed 64-token prompt, a few rounds) so that what comes
   // next does not pay the process's one-off costs (first touch of caches and buffers, the thread pool's start, table

@@ -66,7 +66,10 @@ TEST(ModelBundleDrafterFormat, CalibrationOfTheLoadedFormats) {
   table.upsert(unrecorded);
   table.upsert(quantized);
   spec_decode::write_calibration_table(dir + "/drafter/" + spec_decode::kCalibrationFileName, table);
-  EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter", "q4_0").calibration.lookup(0).a, 0.75);
+  const ModelBundle q4 = ModelBundle::load(dir + "/target", dir + "/drafter", "q4_0");
+  EXPECT_EQ(q4.calibration.lookup(0).a, 0.75);
+  EXPECT_EQ(q4.calibration_summary(), "calibration: 1 entry (T 0): 1 fitted with these weight formats, 0 with "
+                                      "formats not recorded");
   EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter").calibration.lookup(0).a, 1.25);
   EXPECT_EQ(ModelBundle::load(dir + "/target", dir + "/drafter", "q8_0").calibration.lookup(0).a, 1.25);
 }

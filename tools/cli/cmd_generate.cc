@@ -184,7 +184,10 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> ids = bundle.prompt_ids(parse_ids(prompt_ids), prompt, chat, !no_thinking);
   Generator generator(*bundle.target, bundle.drafter.get(),
                       bundle.calibration.lookup(flags.temperature, {flags.top_k, flags.top_p, flags.min_p}));
-  if (log_level == "debug") generator.set_on_step(log_policy_step);
+  if (log_level == "debug") {
+    generator.set_on_step(log_policy_step);
+    if (bundle.drafter) std::fprintf(stderr, "treespark: %s\n", bundle.calibration_summary().c_str());
+  }
   generator.set_emit_vocab(bundle.emit_vocab());
 
   for (int i = 0; i < n; ++i) {

@@ -220,6 +220,7 @@ int cmd_serve(int argc, char** argv) {
   bundle.set_kv_dtype(kv_dtype);
   configure_for_model(bundle.target->weight_bytes(), threads);
   std::fprintf(stderr, "treespark serve: %s\n", bundle.weights_summary().c_str());
+  if (bundle.drafter) std::fprintf(stderr, "treespark serve: %s\n", bundle.calibration_summary().c_str());
   RequestOptions defaults = spec.defaults(bundle.drafter.get());
   engine.calibration = bundle.calibration;
   engine.emit_vocab = bundle.emit_vocab();
