@@ -80,7 +80,8 @@ int bench_spec(int argc, char** argv) {
     return app.exit(e);
   }
   ModelBundle bundle = ModelBundle::load(model_dir, drafter_dir, quantize, drafter_quantize);
-  configure_for_model(bundle.target->weight_bytes(), threads);
+  configure_for_model(bundle.target->weight_bytes(), threads);  // may change the variant: the summary names its GEMM
+  std::fprintf(stderr, "%s; %s\n", bundle.weights_summary().c_str(), bundle.calibration_summary().c_str());
   cli::PromptSet set = cli::load_prompt_set(prompts, bundle);
   if (limit > 0 && size_t(limit) < set.prompt_ids.size()) set.prompt_ids.resize(limit);
   const int block = bundle.drafter->block_size();
