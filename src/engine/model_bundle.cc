@@ -40,12 +40,10 @@ std::string ModelBundle::calibration_summary() const {
     if (e.filter.top_k > 0) which += cat(" top-k ", e.filter.top_k);
     if (e.filter.top_p < 1) which += cat(" top-p ", e.filter.top_p);
     if (e.filter.min_p > 0) which += cat(" min-p ", e.filter.min_p);
-    if (e.weights == weights && e.drafter_weights == drafter_weights) {
-      ++own;
-    } else if (e.weights.empty() && e.drafter_weights.empty()) {
-      ++unrecorded;
-    } else {
-      ++other;
+    switch (spec_decode::weights_match(e, weights, drafter_weights)) {
+      case spec_decode::WeightsMatch::Same: ++own; break;
+      case spec_decode::WeightsMatch::NotRecorded: ++unrecorded; break;
+      case spec_decode::WeightsMatch::Other: ++other; break;
     }
   }
   const size_t n = calibration.entries.size();

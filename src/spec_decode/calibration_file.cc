@@ -82,10 +82,19 @@ Calibration CalibrationTable::lookup(double temperature, const DraftFilter& filt
   return best ? best->calibration() : Calibration{};
 }
 
+WeightsMatch weights_match(const CalibrationEntry& e, const std::string& weights, const std::string& drafter_weights) {
+  if (e.weights == weights && e.drafter_weights == drafter_weights) return WeightsMatch::Same;
+  return e.weights.empty() && e.drafter_weights.empty() ? WeightsMatch::NotRecorded : WeightsMatch::Other;
+}
+
+bool same_key(const CalibrationEntry& x, const CalibrationEntry& y) {
+  return x.temperature == y.temperature && same_filter(x.filter, y.filter) &&
+         weights_match(x, y.weights, y.drafter_weights) == WeightsMatch::Same;
+}
+
 void CalibrationTable::upsert(const CalibrationEntry& entry) {
   for (CalibrationEntry& e : entries) {
-    if (e.temperature == entry.temperature && same_filter(e.filter, entry.filter) && e.weights == entry.weights &&
-        e.drafter_weights == entry.drafter_weights) {
+    if (same_key(e, entry)) {
       e = entry;
       return;
     }
@@ -96,11 +105,7 @@ void CalibrationTable::upsert(const CalibrationEntry& entry) {
 }
 
 CalibrationTable CalibrationTable::for_weights(const std::string& weights, const std::string& drafter_weights) const {
-  // 0: fitted with exactly these formats, 1: formats not recorded, 2: other formats.
-  const auto rank = [&](const CalibrationEntry& e) {
-    if (e.weights == weights && e.drafter_weights == drafter_weights) return 0;
-    return e.weights.empty() && e.drafter_weights.empty() ? 1 : 2;
-  };
+  const auto rank = [&](const CalibrationEntry& e) { return int(weights_match(e, weights, drafter_weights)); };
   CalibrationTable out;
   for (const CalibrationEntry& e : entries) {
     CalibrationEntry* kept = nullptr;  // the entry already chosen at e's temperature and filter

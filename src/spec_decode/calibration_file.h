@@ -54,6 +54,12 @@ struct CalibrationEntry {
   Calibration calibration() const;  // (a, b, rank and depth offsets)
 };
 
+// How an entry's recorded weight formats stand to a pair's (CalibrationTable::for_weights prefers them in this order).
+enum class WeightsMatch { Same, NotRecorded, Other };
+WeightsMatch weights_match(const CalibrationEntry& e, const std::string& weights, const std::string& drafter_weights);
+// Whether two entries are for the same temperature, draft filter and weight formats: what upsert replaces.
+bool same_key(const CalibrationEntry& x, const CalibrationEntry& y);
+
 // Fits the calibration on records and fills edges and the ECE before/after (over all and per depth bucket).
 CalibrationEntry fit_calibration_entry(const std::vector<EdgeRecord>& records, double temperature,
                                        const DraftFilter& filter = {});

@@ -89,9 +89,7 @@ int cmd_calibrate(int argc, char** argv) {
   spec_decode::CalibrationTable table = spec_decode::read_calibration_table(out);
   std::optional<spec_decode::Calibration> replaced;  // the entry this fit replaces, to compare on the held-out edges
   for (const spec_decode::CalibrationEntry& old : table.entries)
-    if (old.temperature == entry.temperature && spec_decode::same_filter(old.filter, entry.filter) &&
-        old.weights == entry.weights && old.drafter_weights == entry.drafter_weights)
-      replaced = old.calibration();
+    if (spec_decode::same_key(old, entry)) replaced = old.calibration();
   // The same fit without depth offsets (every edge at depth 1): what the depth offsets add.
   std::vector<spec_decode::EdgeRecord> no_depth = edges;
   for (spec_decode::EdgeRecord& e : no_depth) e.depth = 1;
