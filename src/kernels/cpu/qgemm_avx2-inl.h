@@ -8,13 +8,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "kernels/cpu/qgemm.h"
 
 namespace ts::kernels::cpu::TS_Q_NS {
 namespace {
 
 // Software prefetch distance of the weight stream, read by each group's first row tile (the later tiles find the
-// group in L1/L2). A prefetch past the end of the buffer is harmless (it never faults).
+// group in L1/L2, and from DRAM ask for the next group: NextGroup). A prefetch past the end of the buffer is harmless
+// (it never faults).
 constexpr size_t kPrefetchBytes = 2048;
 // Rows per tile: 4. Both 8-lane halves' accumulators (8), the rows' integer sums (4) and one quad's weights just
 // fit the 16 ymm registers; a half's accumulators are spilled around the other half where they do not. 4 rows
@@ -28,7 +30,7 @@ constexpr int kMaxTileRows = 4;
 // Determinism).
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int nb, float* y,
-                      int ldy, int valid_lanes, bool prefetch) {
+                      int ldy, int valid_lanes, bool prefetch, const NextGroup& next) {
   constexpr size_t kGroupBlockBytes = qgemm_group_block_bytes(kT);  // a block's bytes in the weight stream
   __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
@@ -46,6 +48,7 @@ TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const u
       #pragma GCC unroll 8
       for (size_t line = 0; line < kGroupBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(stream + kPrefetchBytes + line), _MM_HINT_T0);
     }
+    if (asks_for(next, b)) prefetch_part_l2<kGroupBlockBytes>(next.bytes + size_t(b) * kGroupBlockBytes);
     const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
     #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
@@ -96,10 +99,12 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const uint8_t* group = packed + size_t(g) * nb * gb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
+    const int tiles = (a.rows + kMaxTileRows - 1) / kMaxTileRows;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+      const NextGroup next = next_group(group, nb * gb, row0 / kMaxTileRows, tiles);
       with_tile_rows<kMaxTileRows>(std::min(kMaxTileRows, a.rows - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+                                        out_features, valid, row0 == 0, next);
       });
     }
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "kernels/cpu/qgemm_k.h"
 
 namespace ts::kernels::cpu::TS_Q_NS {
@@ -58,7 +59,7 @@ TS_Q_TARGET inline void unpack_q4k_scales(const uint8_t* sb, uint8_t* sc, uint8_
 // rows' int16 pair sums (4-bit weights: all 8 quads fit) from one quad pair's weights at a time.
 template <int R>
 TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+                          int ldy, int valid_lanes, bool prefetch, const NextGroup& next) {
   const int nb = ns * kQBlocksPerSuper;
   __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
@@ -73,6 +74,8 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
     for (int j = 0; j < kQBlocksPerSuper; ++j) {
       const int b = s * kQBlocksPerSuper + j;
       if (prefetch) prefetch_part<kQ4KGroupSuperBytes>(sb, j);
+      if (asks_for(next, b))
+        prefetch_part_l2<kQ4KGroupSuperBytes / 8>(next.bytes + size_t(b) * (kQ4KGroupSuperBytes / 8));
       const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
@@ -99,7 +102,7 @@ TS_Q_TARGET void tile_q4k(const QuantizedRows& a, int row0, int in_features, con
 // waits in t[r] while those integer sums form. 6-bit weights: two quads per int16 pair sum.
 template <int R>
 TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                          int ldy, int valid_lanes, bool prefetch) {
+                          int ldy, int valid_lanes, bool prefetch, const NextGroup& next) {
   const int nb = ns * kQBlocksPerSuper;
   __m256 acc[2][R];  // [half][row]
   #pragma GCC unroll 8
@@ -112,6 +115,8 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
     for (int i = 0; i < kQBlocksPerSuper; ++i) {
       const int b = s * kQBlocksPerSuper + i;
       if (prefetch) prefetch_part<kQ6KGroupSuperBytes>(sb, i);
+      if (asks_for(next, b))
+        prefetch_part_l2<kQ6KGroupSuperBytes / 8>(next.bytes + size_t(b) * (kQ6KGroupSuperBytes / 8));
       const int8_t* xq = xq0 + b * kQBlock;  // row r's block at xq + r * in_features
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // lanes 8h .. 8h + 7 of the group
@@ -161,11 +166,11 @@ TS_Q_TARGET void tile_q6k(const QuantizedRows& a, int row0, int in_features, con
 
 template <QuantType kT, int R>
 TS_Q_TARGET void tile(const QuantizedRows& a, int row0, int in_features, const uint8_t* group, int ns, float* y,
-                      int ldy, int valid_lanes, bool prefetch) {
+                      int ldy, int valid_lanes, bool prefetch, const NextGroup& next) {
   if constexpr (kT == QuantType::Q4_K) {
-    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+    tile_q4k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch, next);
   } else {
-    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch);
+    tile_q6k<R>(a, row0, in_features, group, ns, y, ldy, valid_lanes, prefetch, next);
   }
 }
 
@@ -178,10 +183,12 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
     const uint8_t* group = packed + size_t(g) * ns * gsb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
+    const int tiles = (a.rows + kMaxTileRows - 1) / kMaxTileRows;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
+      const NextGroup next = next_group(group, ns * gsb, row0 / kMaxTileRows, tiles);
       with_tile_rows<kMaxTileRows>(std::min(kMaxTileRows, a.rows - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, ns, yg + size_t(row0) * out_features,
-                                        out_features, valid, row0 == 0);
+                                        out_features, valid, row0 == 0, next);
       });
     }
   }
