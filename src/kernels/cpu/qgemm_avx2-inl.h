@@ -25,6 +25,7 @@ constexpr size_t kPrefetchBytes = 2048;
 constexpr int kMaxTileRows = 4;
 
 #include "kernels/cpu/qgemm_avx2_shared-inl.h"
+#include "kernels/cpu/qgemm_next_group-inl.h"
 
 // One group's 16 outputs (two 8-lane halves) for R rows starting at row0; blocks walked in k order (qgemm.h,
 // Determinism).

@@ -99,31 +99,3 @@ TS_Q_TARGET inline void store_half(const __m256 (&acc)[R], float* y, int ldy, in
     }
   }
 }
-
-// The next group's weight stream, asked for by a group's row tiles while they compute. Where the weights stream from
-// DRAM (weights_streamed(), core/cpu.h) and a group takes two or more row tiles (a verify of 5 rows or more), tile t
-// of n asks for the next group's parts t, t + n, t + 2n, ... (into L2) as it walks its own group. The first tile's own
-// prefetch (kPrefetchBytes ahead in the current group) alone left DRAM idle while the later tiles read the group from
-// cache; spread over every tile, the stream runs under all of them (docs/results/optimization-notes.md, "avx2
-// quantized GEMM: the next group's stream under every row tile").
-struct NextGroup {
-  const uint8_t* bytes = nullptr;  // the next group's first byte; nullptr: no prefetch ahead
-  int tile = 0, tiles = 1;         // this row tile's index among the group's row tiles
-};
-
-// The next group as a tile of `tiles` row tiles of a group `group_bytes` long sees it (no prefetch ahead for a
-// single tile or cache-resident weights).
-inline NextGroup next_group(const uint8_t* group, size_t group_bytes, int tile, int tiles) {
-  if (tiles < 2 || !weights_streamed()) return {};
-  return NextGroup{group + group_bytes, tile, tiles};
-}
-
-// Asks for part `part` of the next group (kPartBytes long, parts back to back from its start) if it is this tile's
-// to ask for. A prefetch past the packed buffer (after the last group) never faults. The test stays at the call
-// site: with it inside this template, GCC 12 dropped the prefetches (no prefetcht1 in the object).
-template <size_t kPartBytes>
-TS_Q_TARGET inline void prefetch_part_l2(const uint8_t* part_bytes) {
-  #pragma GCC unroll 8
-  for (size_t c = 0; c < kPartBytes; c += 64) _mm_prefetch(reinterpret_cast<const char*>(part_bytes + c), _MM_HINT_T1);
-}
-inline bool asks_for(const NextGroup& next, int part) { return next.bytes && part % next.tiles == next.tile; }

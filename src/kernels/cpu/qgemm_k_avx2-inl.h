@@ -21,6 +21,7 @@ namespace {
 constexpr int kMaxTileRows = 4;
 
 #include "kernels/cpu/qgemm_avx2_shared-inl.h"
+#include "kernels/cpu/qgemm_next_group-inl.h"
 
 // (a & 0x0F) | (b & 0x30) per byte.
 TS_Q_TARGET inline __m256i low_nibble_or_bits_4_5(__m256i a, __m256i b) {
