@@ -96,13 +96,14 @@ TS_Q_TARGET void groups(const QuantizedRows& a, const uint8_t* packed, float* y,
                         int group_begin, int group_end) {
   const int nb = in_features / kQBlock;
   const size_t gb = qgemm_group_block_bytes(kT);
+  const int tiles = (a.rows + kMaxTileRows - 1) / kMaxTileRows;  // row tiles per group
+  const bool ahead = ask_ahead(tiles);
   for (int g = group_begin; g < group_end; ++g) {
     const uint8_t* group = packed + size_t(g) * nb * gb;
     const int valid = std::min(kQGroup, out_features - g * kQGroup);
     float* yg = y + g * kQGroup;
-    const int tiles = (a.rows + kMaxTileRows - 1) / kMaxTileRows;
     for (int row0 = 0; row0 < a.rows; row0 += kMaxTileRows) {
-      const NextGroup next = next_group(group, nb * gb, row0 / kMaxTileRows, tiles);
+      const NextGroup next = ahead ? NextGroup{group + nb * gb, row0 / kMaxTileRows, tiles} : NextGroup{};
       with_tile_rows<kMaxTileRows>(std::min(kMaxTileRows, a.rows - row0), [&](auto rows) {
         tile<kT, decltype(rows)::value>(a, row0, in_features, group, nb, yg + size_t(row0) * out_features,
                                         out_features, valid, row0 == 0, next);

@@ -14,12 +14,9 @@ struct NextGroup {
   int tile = 0, tiles = 1;         // this row tile's index among the group's row tiles
 };
 
-// The next group as a tile of `tiles` row tiles of a group `group_bytes` long sees it (no prefetch ahead for a
-// single tile or cache-resident weights).
-inline NextGroup next_group(const uint8_t* group, size_t group_bytes, int tile, int tiles) {
-  if (tiles < 2 || !weights_streamed()) return {};
-  return NextGroup{group + group_bytes, tile, tiles};
-}
+// Whether a call's groups take `tiles` row tiles and stream from DRAM: its tiles then ask for the next group (once
+// per call; the hint does not change during one).
+inline bool ask_ahead(int tiles) { return tiles > 1 && weights_streamed(); }
 
 // Asks for part `part` of the next group (kPartBytes long, parts back to back from its start) if it is this tile's
 // to ask for. A prefetch past the packed buffer (after the last group) never faults. The test stays at the call
